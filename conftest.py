@@ -1,0 +1,65 @@
+"""Shared fixtures: robots, a seeded random generator, and state samplers.
+
+The robot catalogue here is the one every test draws from: the bundled robots
+and a corpus of example-robot-data robots (fixed arms, quadrupeds, humanoids,
+floating bases, mimic joints, continuous joints, sloppy inertias).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+# name -> floating_base argument of load_robot (None: the source's natural base)
+BUNDLED = {"iiwa14": None, "hyq": None, "atlas": None, "go2": None, "g1": None}
+ERD = {
+    "erd:panda": False,  # arm with a mimic finger
+    "erd:ur5_robot": False,
+    "erd:z1": False,
+    "erd:xarm7": False,
+    "erd:kinova": False,
+    "erd:double_pendulum_continuous": False,  # continuous joints
+    "erd:baxter": False,  # mimic grippers
+    "erd:pr2": False,  # mimic grippers, prismatic torso
+    "erd:solo12": True,  # quadruped
+    "erd:anymal_c_simple/anymal": True,
+    "erd:a1": True,
+    "erd:talos_reduced": True,  # humanoid
+    "erd:simple_humanoid": True,
+    "erd:icub": True,  # humanoid with sloppy inertias
+    "erd:tiago_pro": False,  # mobile manipulator with mimic joints
+}
+ROBOTS = {**BUNDLED, **ERD}
+MIMIC_ROBOTS = ("erd:panda", "erd:baxter", "erd:pr2", "erd:tiago_pro")
+
+
+def load(name: str, floating_base=None):
+    import grid_core
+
+    fb = ROBOTS.get(name) if floating_base is None else floating_base
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return grid_core.load_robot(name, floating_base=fb)
+
+
+@pytest.fixture(scope="session")
+def robot_cache():
+    cache = {}
+
+    def get(name, floating_base=None):
+        key = (name, floating_base)
+        if key not in cache:
+            cache[key] = load(name, floating_base)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded from the test's id: reproducible, different per test."""
+    import zlib
+
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))

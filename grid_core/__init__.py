@@ -1,0 +1,33 @@
+"""GRiD: robot description in, robot-specialised CUDA rigid-body dynamics out.
+
+The public API (DESIGN §3); everything else is private to its module.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookimpl = pluggy.HookimplMarker("grid")
+"""Marker for plugin hook implementations (``@grid_core.hookimpl``)."""
+
+from . import errors  # noqa: E402
+from .algorithm import Algorithm, Port  # noqa: E402
+from .hooks import algorithms, registry  # noqa: E402
+from .loader import RobotLoader, load_robot  # noqa: E402
+from .model import Robot  # noqa: E402
+from .reference import Reference  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Algorithm",
+    "Port",
+    "Reference",
+    "Robot",
+    "RobotLoader",
+    "algorithms",
+    "errors",
+    "hookimpl",
+    "load_robot",
+    "registry",
+]

@@ -1,0 +1,148 @@
+"""The Algorithm base class every algorithm plugin subclasses.
+
+An algorithm module holds everything about its algorithm (DESIGN §2): the
+declarations below, its float64 numpy reference, its arenas and spill rungs,
+its parallelism review and its emitters.  A subclass is a declaration, checked
+when its plugin registers (:meth:`Algorithm.validate`).
+
+Slots:
+
+``name``
+    Identifier; also the method name on ``Reference``, ``Emulated`` and
+    ``RobotHandle`` (``inverse_dynamics``, ``crba``, ...).
+``summary`` / ``math``
+    One line, and an optional reStructuredText statement of the math.
+``depends_on``
+    Names of the algorithms this one composes.  The reference reaches them only
+    through ``ctx`` (``ctx.minv(q)``); the generated code through the composer.
+``review``
+    The :class:`~grid_core.review.ParallelismReview` (P1-P4).
+``inputs(robot)`` / ``outputs(robot)``
+    :class:`Port` tuples with shapes derived from the robot's dimensions; the
+    inputs are the reference's positional arguments, in order.
+``reference(ctx, *inputs)``
+    The float64 numpy math for ONE state; batching, validation and dispatch are
+    the framework's.
+``arenas(robot, options)`` / ``spill_rungs(robot, options)``
+    Shared-memory regions and the menu of spill rungs (code generation).
+``emitter``
+    The object producing the generated layers; ``None`` until the algorithm has
+    a GPU implementation (``grid review`` then says "not yet emitted").
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+from typing import Any, ClassVar
+
+import attrs
+
+from .errors import PluginError, UnsupportedFeatureError
+from .model import Robot
+from .review import ParallelismReview
+
+
+@attrs.frozen
+class Port:
+    """One input or output of an algorithm, for one state.
+
+    ``kind`` is ``"state"`` (batched along a leading axis), ``"param"`` (shared by
+    the whole batch, such as gravity) .  ``optional`` inputs may be ``None``.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    doc: str = ""
+    kind: str = "state"
+    optional: bool = False
+    default: Any = None
+
+    @property
+    def batched(self) -> bool:
+        return self.kind == "state"
+
+
+DEFAULT_GRAVITY = (0.0, 0.0, -9.81)
+
+
+class Algorithm:
+    """Base class of every algorithm (see the module docstring for the slots)."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    math: ClassVar[str] = ""
+    depends_on: ClassVar[tuple[str, ...]] = ()
+    review: ClassVar[ParallelismReview | None] = None
+    emitter: ClassVar[Any] = None
+    supports_mimic: ClassVar[bool] = True
+    """Whether the reference handles mimic joints (Pinocchio's mimic model)."""
+
+    # -- declarations ------------------------------------------------------------
+
+    def inputs(self, robot: Robot) -> tuple[Port, ...]:
+        raise NotImplementedError
+
+    def outputs(self, robot: Robot) -> tuple[Port, ...]:
+        raise NotImplementedError
+
+    def reference(self, ctx, *args, **kwargs):
+        """Float64 numpy math for one state; ``ctx.robot`` is the robot."""
+        raise NotImplementedError
+
+    def check_robot(self, robot: Robot) -> None:
+        """Raise :class:`UnsupportedFeatureError` if this algorithm cannot handle ``robot``."""
+        if robot.has_mimic and not self.supports_mimic:
+            raise UnsupportedFeatureError(
+                f"{self.name}: robot '{robot.name}' has mimic joints "
+                f"({', '.join(robot.mimic_joint_names)}), which {self.name} does not support yet"
+            )
+
+    # -- code generation (filled by the code-generation issue) -----------------------
+
+    def arenas(self, robot: Robot, options) -> tuple:
+        return ()
+
+    def spill_rungs(self, robot: Robot, options) -> tuple:
+        return ()
+
+    @classmethod
+    def has_emitter(cls) -> bool:
+        return cls.emitter is not None
+
+    # -- registration ------------------------------------------------------------
+
+    @classmethod
+    def validate(cls, plugin: str) -> None:
+        """Check the declaration; raise :class:`PluginError` naming plugin and class.
+
+        ``plugin`` describes the registering plugin (name, distribution, version).
+        """
+        where = f"{plugin}, algorithm class {cls.__module__}.{cls.__qualname__}"
+        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+            raise PluginError(f"{where}: not a subclass of grid_core.algorithm.Algorithm")
+        if not isinstance(cls.name, str) or not cls.name.isidentifier() or keyword.iskeyword(cls.name):
+            raise PluginError(f"{where}: 'name' must be a Python identifier, got {cls.name!r}")
+        if cls.name.startswith("_"):
+            raise PluginError(f"{where}: 'name' must not start with an underscore")
+        if not isinstance(cls.summary, str) or not cls.summary.strip():
+            raise PluginError(f"{where}: 'summary' is missing")
+        if not isinstance(cls.review, ParallelismReview):
+            raise PluginError(f"{where}: 'review' must be a ParallelismReview covering P1-P4")
+        for meth in ("inputs", "outputs", "reference"):
+            if getattr(cls, meth) is getattr(Algorithm, meth):
+                raise PluginError(f"{where}: '{meth}' is not implemented")
+        if not isinstance(cls.depends_on, tuple) or not all(isinstance(d, str) for d in cls.depends_on):
+            raise PluginError(f"{where}: 'depends_on' must be a tuple of algorithm names")
+        if cls.name in cls.depends_on:
+            raise PluginError(f"{where}: depends on itself")
+        params = list(inspect.signature(cls.reference).parameters)
+        if len(params) < 2 or params[:2] != ["self", "ctx"]:
+            raise PluginError(f"{where}: 'reference' must be reference(self, ctx, ...)")
+        if cls.emitter is not None:
+            validate_emitter = getattr(cls.emitter, "validate", None)
+            if validate_emitter is not None:
+                validate_emitter(cls, where)
+
+    def __repr__(self) -> str:
+        return f"<Algorithm {self.name}>"

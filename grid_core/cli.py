@@ -1,0 +1,190 @@
+"""The ``grid`` command line: wires registry, composer and printer together.
+
+Errors follow DESIGN §6: a :class:`GridError` prints one line (no traceback)
+and exits 1; usage errors exit 2 (click's own).  Quiet by default; ``-v`` adds
+detail (and the full text of multi-line errors such as compiler logs).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import GridError
+
+
+class _Ctx:
+    def __init__(self, verbose: int, blocked: tuple[str, ...]):
+        self.verbose = verbose
+        self.blocked = blocked
+
+    def registry(self):
+        from .hooks import registry
+
+        return registry(self.blocked)
+
+
+def _one_line(text: str) -> str:
+    return " | ".join(part.strip() for part in str(text).strip().splitlines() if part.strip())
+
+
+class GridGroup(click.Group):
+    """Turns GridErrors and warnings into one-line messages."""
+
+    def invoke(self, ctx):
+        verbose = "-v" in sys.argv or "--verbose" in sys.argv
+
+        def show_warning(message, category, filename, lineno, file=None, line=None):
+            click.echo(f"grid: warning: {_one_line(message)}", err=True)
+
+        old = warnings.showwarning
+        warnings.showwarning = show_warning
+        try:
+            return super().invoke(ctx)
+        except GridError as exc:
+            text = str(exc)
+            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+            if verbose and "\n" in text.strip():
+                click.echo(f"grid: error: {text}", err=True)
+            else:
+                more = " (-v for details)" if "\n" in text.strip() else ""
+                click.echo(f"grid: error: {first}{more}", err=True)
+            ctx.exit(1)
+        finally:
+            warnings.showwarning = old
+
+
+@click.group(cls=GridGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="grid")
+@click.option("-v", "--verbose", count=True, help="More detail (repeat for more).")
+@click.option(
+    "--disable-plugin",
+    "blocked",
+    multiple=True,
+    metavar="NAME",
+    help="Do not load the plugin NAME (repeatable; also GRID_DISABLE_PLUGINS=a,b).",
+)
+@click.pass_context
+def main(ctx, verbose: int, blocked: tuple[str, ...]):
+    """GRiD: robot description in, robot-specialised CUDA rigid-body dynamics out."""
+    ctx.obj = _Ctx(verbose, blocked)
+
+
+def _robot_options(f):
+    f = click.option(
+        "--strict-inertia", is_flag=True, help="Treat doubtful inertias (triangle inequality, zero mass) as errors."
+    )(f)
+    f = click.option(
+        "--floating-base/--fixed-base",
+        "floating_base",
+        default=None,
+        help="Add a free-flyer root, or fix the base (default: the robot's natural base).",
+    )(f)
+    return f
+
+
+def _load(source: str, floating_base, strict_inertia: bool):
+    from .loader import load_robot
+
+    return load_robot(source, floating_base=floating_base, strict_inertia=strict_inertia)
+
+
+@main.command()
+@click.argument("source")
+@click.option("-a", "--algorithm", "algorithms", multiple=True, metavar="ALGO",
+              help="Algorithm to emit (repeatable; default: every registered one that emits).")
+@click.option("--namespace", default="grid", show_default=True, help="C++ namespace of the header.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write the header here (default: standard output).")
+@_robot_options
+@click.pass_obj
+def build(obj: _Ctx, source, algorithms, namespace, output, floating_base, strict_inertia):
+    """Generate the CUDA header for SOURCE (a bundled name, a URDF path, or LOADER:NAME)."""
+    from .composer import generate
+
+    t0 = time.perf_counter()
+    robot = _load(source, floating_base, strict_inertia)
+    text = generate(robot, list(algorithms) or None, namespace=namespace)
+    dt = time.perf_counter() - t0
+    if output is None:
+        click.echo(text, nl=False)
+        click.echo(f"grid: generated {robot.name} in {dt:.2f} s", err=True)
+        return
+    path = Path(output)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        raise GridError(f"cannot write {path}: {exc.strerror}") from None
+    click.echo(f"grid: wrote {path} ({len(text.encode()) / 1024:.1f} kB, robot {robot.name}) in {dt:.2f} s",
+               err=True)
+
+
+@main.command("list")
+@click.pass_obj
+def list_(obj: _Ctx):
+    """List the registered algorithms and robot loaders, with where each came from."""
+    reg = obj.registry()
+    click.echo("algorithms:")
+    for name, alg in reg.algorithms.items():
+        info = reg.info_of("algorithm", name)
+        emitted = "" if alg.has_emitter() else "  [reference only]"
+        click.echo(f"  {name:<32} {info.distribution} {info.version}  {alg.summary}{emitted}")
+    click.echo("robot loaders:")
+    for name, loader in reg.loaders.items():
+        info = reg.info_of("loader", name)
+        click.echo(f"  {name:<32} {info.distribution} {info.version}  {loader.summary}")
+    if obj.verbose:
+        click.echo("plugins:")
+        for p in reg.plugins.values():
+            click.echo(f"  {p.name:<32} {p.distribution} {p.version}  ({p.module})")
+        if reg.blocked:
+            click.echo(f"blocked: {', '.join(sorted(reg.blocked))}")
+
+
+@main.command()
+@click.argument("source")
+@_robot_options
+@click.pass_obj
+def info(obj: _Ctx, source, floating_base, strict_inertia):
+    """Describe a robot: dofs, joint order, depth, bodies per BFS level, branch groups."""
+    robot = _load(source, floating_base, strict_inertia)
+    topo = robot.topology
+    click.echo(f"robot: {robot.name}  ({robot.source})")
+    click.echo(f"base: {'floating (free-flyer root_joint)' if robot.floating_base else 'fixed'}")
+    click.echo(f"nq: {robot.nq}  nv: {robot.nv}  bodies: {robot.num_bodies}")
+    click.echo(f"depth: {topo.num_levels} levels; bodies per BFS level: {list(topo.level_widths)}")
+    click.echo(f"branch groups ({len(topo.branches)}):")
+    for g, chain in enumerate(topo.branches):
+        click.echo(f"  {g}: " + " -> ".join(robot.bodies[i].joint.name for i in chain))
+    click.echo("joints (q order):")
+    for b in robot.bodies:
+        if b.mimic is not None:
+            tgt = robot.bodies[b.mimic.body].joint.name
+            coord = f"mimics {tgt} (x{b.mimic.multiplier:g} {b.mimic.offset:+g})"
+        else:
+            coord = f"q[{b.q_index}:{b.q_index + b.nq}] v[{b.v_index}:{b.v_index + b.nv}]"
+        parent = robot.bodies[b.parent].joint.name if b.parent >= 0 else "world"
+        click.echo(f"  {b.index:3d} {b.joint.name:<28} {b.jtype.value:<10} {coord:<28} parent {parent}")
+        if obj.verbose and len(b.links) > 1:
+            click.echo(f"      merged links: {', '.join(b.links)}")
+
+
+@main.command()
+@click.argument("algorithm")
+@click.pass_obj
+def review(obj: _Ctx, algorithm):
+    """Print ALGORITHM's parallelism review (patterns P1-P4, with reasons)."""
+    reg = obj.registry()
+    alg = reg.algorithm(algorithm)
+    info = reg.info_of("algorithm", algorithm)
+    click.echo(f"{alg.name} ({info.distribution} {info.version}): {alg.summary}")
+    click.echo(alg.review.render(emitted=alg.has_emitter()))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,273 @@
+"""The robot model: what a loader produces and every algorithm consumes.
+
+Two levels of description live here:
+
+* :class:`Link` and :class:`Joint` are the description as written (one per URDF
+  ``<link>`` / ``<joint>``), validated but not yet interpreted.
+* :class:`Body` and :class:`Frame` are the dynamic model after interpretation:
+  fixed joints merged into their parent body (their frames kept addressable),
+  joints ordered as Pinocchio orders them, q / v indices assigned.
+
+Everything is a frozen attrs value; numpy arrays held here are read-only.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+from typing import Iterable
+
+import attrs
+import numpy as np
+
+from .topology import Topology
+
+
+def _frozen_array(value) -> np.ndarray:
+    arr = np.array(value, dtype=np.float64)
+    arr.setflags(write=False)
+    return arr
+
+
+def _array_field():
+    return attrs.field(converter=_frozen_array, eq=attrs.cmp_using(eq=np.array_equal))
+
+
+class JointType(enum.Enum):
+    """The joint kinds GRiD models (URDF names, plus ``floating`` for the free-flyer)."""
+
+    REVOLUTE = "revolute"
+    CONTINUOUS = "continuous"
+    PRISMATIC = "prismatic"
+    FIXED = "fixed"
+    FLOATING = "floating"
+
+    @property
+    def movable(self) -> bool:
+        return self is not JointType.FIXED
+
+
+@attrs.frozen
+class Mimic:
+    """``q_this = multiplier * q_joint + offset`` (URDF ``<mimic>``, Pinocchio's mimic model)."""
+
+    joint: str
+    multiplier: float = 1.0
+    offset: float = 0.0
+
+
+@attrs.frozen
+class Link:
+    """A URDF link: its inertial data in the link frame.
+
+    ``com`` is the centre of mass and ``inertia`` the 3x3 rotational inertia about
+    it, both expressed in the link frame (the URDF ``<inertial><origin rpy>`` is
+    already applied).
+    """
+
+    name: str
+    mass: float = 0.0
+    com: np.ndarray = _array_field()
+    inertia: np.ndarray = _array_field()
+
+    @com.default
+    def _com_default(self):
+        return np.zeros(3)
+
+    @inertia.default
+    def _inertia_default(self):
+        return np.zeros((3, 3))
+
+
+@attrs.frozen
+class Joint:
+    """A URDF joint, as written: placement of the child frame in the parent link frame."""
+
+    name: str
+    type: JointType
+    parent: str
+    child: str
+    origin_xyz: np.ndarray = _array_field()
+    origin_rpy: np.ndarray = _array_field()
+    axis: np.ndarray = _array_field()
+    lower: float | None = None
+    upper: float | None = None
+    effort: float | None = None
+    velocity: float | None = None
+    mimic: Mimic | None = None
+
+    @origin_xyz.default
+    def _xyz_default(self):
+        return np.zeros(3)
+
+    @origin_rpy.default
+    def _rpy_default(self):
+        return np.zeros(3)
+
+    @axis.default
+    def _axis_default(self):
+        return np.array([1.0, 0.0, 0.0])
+
+
+@attrs.frozen
+class MimicOf:
+    """A body whose joint mimics another body's: ``q = multiplier * q[body] + offset``."""
+
+    body: int
+    multiplier: float
+    offset: float
+
+
+@attrs.frozen
+class Body:
+    """One moving rigid body of the dynamic model (fixed-joint children merged in).
+
+    ``Xtree`` is the Plücker transform from the parent body's frame to this body's
+    joint frame at zero configuration; the joint motion ``XJ(q)`` follows it, so
+    ``X_parent_to_body = XJ(q) @ Xtree``.  ``inertia`` is the spatial inertia in
+    the body frame, merged links included.  ``axis`` is the joint axis in the
+    joint frame (unit; unused for the free-flyer).
+    """
+
+    index: int
+    name: str
+    joint: Joint
+    parent: int
+    Xtree: np.ndarray = _array_field()
+    inertia: np.ndarray = _array_field()
+    axis: np.ndarray = _array_field()
+    q_index: int = 0
+    nq: int = 1
+    v_index: int = 0
+    nv: int = 1
+    mimic: MimicOf | None = None
+    links: tuple[str, ...] = ()
+
+    @property
+    def jtype(self) -> JointType:
+        return self.joint.type
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent < 0
+
+
+@attrs.frozen
+class Frame:
+    """An addressable frame: a link, a joint (movable or fixed) or the free-flyer.
+
+    ``body`` is the index of the body it is rigidly attached to (-1 for the world)
+    and ``X`` the Plücker transform from that body's frame to this frame.
+    """
+
+    name: str
+    kind: str  # "link", "joint" or "fixed_joint"
+    body: int
+    X: np.ndarray = _array_field()
+
+
+@attrs.frozen
+class Robot:
+    """A robot ready for the algorithms: bodies in Pinocchio's joint order.
+
+    ``nq`` / ``nv`` and the q / v layout equal those of Pinocchio's model built
+    from the same URDF (``JointModelFreeFlyer`` for a floating base, mimic joints
+    as Pinocchio's mimic model), except that a continuous joint takes ONE angle
+    in q where Pinocchio stores (cos, sin).
+    """
+
+    name: str
+    bodies: tuple[Body, ...]
+    frames: tuple[Frame, ...]
+    links: tuple[Link, ...]
+    joints: tuple[Joint, ...]
+    floating_base: bool
+    source: str = ""
+    world_inertia: np.ndarray = attrs.field(
+        factory=lambda: np.zeros((6, 6)), converter=_frozen_array, eq=attrs.cmp_using(eq=np.array_equal)
+    )
+
+    # -- sizes -------------------------------------------------------------------
+
+    @property
+    def num_bodies(self) -> int:
+        return len(self.bodies)
+
+    @property
+    def nq(self) -> int:
+        return sum(b.nq for b in self.bodies)
+
+    @property
+    def nv(self) -> int:
+        return sum(b.nv for b in self.bodies)
+
+    @property
+    def joint_names(self) -> tuple[str, ...]:
+        """The movable joints with coordinates of their own, in q order.
+
+        The free-flyer root and mimic joints (which own no coordinate) are not among them.
+        """
+        return tuple(
+            b.joint.name
+            for b in self.bodies
+            if b.mimic is None and b.jtype is not JointType.FLOATING
+        )
+
+    @property
+    def has_mimic(self) -> bool:
+        return any(b.mimic is not None for b in self.bodies)
+
+    @property
+    def mimic_joint_names(self) -> tuple[str, ...]:
+        return tuple(b.joint.name for b in self.bodies if b.mimic is not None)
+
+    @functools.cached_property
+    def topology(self) -> Topology:
+        return Topology.from_parents([b.parent for b in self.bodies])
+
+    # -- lookup ------------------------------------------------------------------
+
+    def body(self, name: str) -> Body:
+        """The body whose link or joint is called ``name``."""
+        for b in self.bodies:
+            if b.name == name or b.joint.name == name:
+                return b
+        raise KeyError(name)
+
+    def frame(self, name: str) -> Frame:
+        for f in self.frames:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def leaf_bodies(self) -> tuple[int, ...]:
+        """Bodies without children: the default end effectors."""
+        return self.topology.leaves
+
+    # -- identity ----------------------------------------------------------------
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """A sha256 of everything that affects generated code (names, numbers, layout)."""
+        h = hashlib.sha256()
+
+        def put(*items: Iterable) -> None:
+            for item in items:
+                if isinstance(item, np.ndarray):
+                    h.update(np.ascontiguousarray(item, dtype="<f8").tobytes())
+                else:
+                    h.update(repr(item).encode())
+                h.update(b"\x00")
+
+        put(self.name, self.floating_base)
+        for b in self.bodies:
+            put(b.index, b.name, b.joint.name, b.jtype.value, b.parent, b.Xtree, b.inertia, b.axis)
+            put(b.q_index, b.nq, b.v_index, b.nv, b.mimic)
+        for f in self.frames:
+            put(f.name, f.kind, f.body, f.X)
+        return h.hexdigest()
+
+    def __repr__(self) -> str:  # the generated one would print every array
+        base = "floating" if self.floating_base else "fixed"
+        return f"<Robot {self.name!r}: {self.num_bodies} bodies, nq={self.nq}, nv={self.nv}, {base} base>"

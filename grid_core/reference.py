@@ -1,0 +1,183 @@
+"""``Reference(robot)``: one object whose methods are the algorithms' float64 references.
+
+``Reference(robot).inverse_dynamics(q, qd, qdd)`` finds the registered algorithm
+``inverse_dynamics``, validates the inputs against its declared ports (shape,
+dtype, finiteness: an :class:`InputError` naming the argument and the expected
+shape), and runs its ``reference`` for one state or for each state of a batch
+``(N, ...)``.  An algorithm reaches the algorithms it declares in ``depends_on``
+through ``ctx`` (``ctx.minv(q)``), and only those.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import numpy as np
+
+from .algorithm import Algorithm, Port
+from .errors import InputError, PluginError
+from .model import Robot
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def as_float_array(name: str, value, shape: tuple[int, ...], *, algorithm: str, batched: bool):
+    """Validate one input; return ``(array float64, batch size or None)``."""
+    if value is None:
+        raise InputError(f"{algorithm}: argument '{name}' is required, expected shape {_shape_text(shape)}")
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:  # ragged lists and the like
+        raise InputError(f"{algorithm}: argument '{name}' is not an array: {exc}") from None
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise InputError(
+            f"{algorithm}: argument '{name}' has dtype {arr.dtype}, expected a real floating-point "
+            f"array of shape {_shape_text(shape)}"
+        )
+    arr = arr.astype(np.float64, copy=False)
+    if arr.shape == shape:
+        n = None
+    elif batched and arr.ndim == len(shape) + 1 and arr.shape[1:] == shape:
+        n = arr.shape[0]
+    else:
+        expect = _shape_text(shape) + (f" or (N, {_shape_text(shape)[1:]}" if batched else "")
+        raise InputError(f"{algorithm}: argument '{name}' has shape {arr.shape}, expected {expect}")
+    if not np.all(np.isfinite(arr)):
+        raise InputError(f"{algorithm}: argument '{name}' contains NaN or inf")
+    return arr, n
+
+
+class ReferenceContext:
+    """What an algorithm's ``reference`` sees: the robot and its declared dependencies."""
+
+    def __init__(self, robot: Robot, algorithm: Algorithm, backend: "Reference"):
+        self.robot = robot
+        self._algorithm = algorithm
+        self._backend = backend
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._algorithm.depends_on:
+            raise PluginError(
+                f"algorithm '{self._algorithm.name}' calls '{name}' without declaring it in depends_on"
+            )
+        return self._backend._single(name)
+
+
+class Reference:
+    """The float64 numpy reference of every registered algorithm, for one robot."""
+
+    def __init__(self, robot, *, registry=None):
+        from .hooks import registry as default_registry
+        from .loader import load_robot
+
+        self.robot: Robot = load_robot(robot)
+        self._registry = registry or default_registry()
+
+    # -- dispatch ----------------------------------------------------------------
+
+    def _algorithm(self, name: str) -> Algorithm:
+        algos = self._registry.algorithms
+        if name not in algos:
+            raise AttributeError(
+                f"{type(self).__name__} has no algorithm '{name}' (registered: {', '.join(algos)})"
+            )
+        return algos[name]
+
+    def _single(self, name: str) -> Callable:
+        """The unvalidated one-state reference of ``name`` (for composition)."""
+        alg = self._algorithm(name)
+        alg.check_robot(self.robot)
+        ctx = ReferenceContext(self.robot, alg, self)
+        return lambda *a, **k: alg.reference(ctx, *a, **k)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        alg = self._algorithm(name)
+        return _BoundAlgorithm(self, alg)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._registry.algorithms))
+
+    def __repr__(self) -> str:
+        return f"<Reference {self.robot!r}>"
+
+
+def bind_inputs(alg: Algorithm, robot: Robot, args, kwargs) -> tuple[dict, int | None]:
+    """Bind call arguments to the algorithm's ports, validate, find the batch size."""
+    ports: tuple[Port, ...] = alg.inputs(robot)
+    names = [p.name for p in ports]
+    if len(args) > len(ports):
+        raise InputError(f"{alg.name}: takes {len(ports)} arguments ({', '.join(names)}), got {len(args)}")
+    given = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise InputError(f"{alg.name}: unexpected argument '{k}' (takes {', '.join(names)})")
+        if k in given:
+            raise InputError(f"{alg.name}: argument '{k}' given twice")
+        given[k] = v
+    bound: dict = {}
+    batch: int | None = None
+    batch_from = None
+    for p in ports:
+        value = given.get(p.name, p.default)
+        if value is None and p.optional:
+            bound[p.name] = None
+            continue
+        arr, n = as_float_array(p.name, value, p.shape, algorithm=alg.name, batched=p.batched)
+        if n is not None:
+            if batch is not None and n != batch:
+                raise InputError(
+                    f"{alg.name}: argument '{p.name}' has batch size {n} but '{batch_from}' has {batch}"
+                )
+            batch, batch_from = n, p.name
+        bound[p.name] = arr
+    if batch is not None:
+        # every batched input must then be batched (a single state is not broadcast)
+        for p in ports:
+            arr = bound[p.name]
+            if p.batched and arr is not None and arr.shape == p.shape:
+                bound[p.name] = np.broadcast_to(arr, (batch, *p.shape))
+    return bound, batch
+
+
+class _BoundAlgorithm:
+    def __init__(self, backend: Reference, alg: Algorithm):
+        self._backend = backend
+        self._alg = alg
+        self.__doc__ = alg.summary
+
+    @property
+    def __signature__(self):
+        params = [
+            inspect.Parameter(
+                p.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                default=p.default if (p.optional or p.kind == "param") else inspect.Parameter.empty,
+            )
+            for p in self._alg.inputs(self._backend.robot)
+        ]
+        return inspect.Signature(params)
+
+    def __call__(self, *args, **kwargs):
+        alg, robot = self._alg, self._backend.robot
+        bound, batch = bind_inputs(alg, robot, args, kwargs)
+        single = self._backend._single(alg.name)
+        ports = alg.inputs(robot)
+        if batch is None:
+            return single(**bound)
+        results = []
+        for k in range(batch):
+            one = {
+                p.name: (bound[p.name][k] if p.batched and bound[p.name] is not None else bound[p.name])
+                for p in ports
+            }
+            results.append(single(**one))
+        if isinstance(results[0], tuple):
+            return tuple(np.stack(parts) for parts in zip(*results))
+        return np.stack(results)

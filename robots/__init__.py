@@ -1,0 +1,1 @@
+"""Bundled robot descriptions (installed as the data package ``grid_robots``); see README.md."""
