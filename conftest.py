@@ -63,3 +63,17 @@ def rng(request):
     import zlib
 
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu`-marked tests need a CUDA device; they skip only when none is present."""
+    if not any(item.get_closest_marker("gpu") for item in items):
+        return
+    from grid_core.runtime import device_count
+
+    if device_count() > 0:
+        return
+    skip = pytest.mark.skip(reason="no CUDA device present")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)

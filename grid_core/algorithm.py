@@ -17,9 +17,11 @@ Slots:
     through ``ctx`` (``ctx.minv(q)``); the generated code through the composer.
 ``review``
     The :class:`~grid_core.review.ParallelismReview` (P1-P4).
-``inputs(robot)`` / ``outputs(robot)``
+``inputs(robot)`` / ``outputs(robot, **options)``
     :class:`Port` tuples with shapes derived from the robot's dimensions; the
-    inputs are the reference's positional arguments, in order.
+    inputs are the reference's positional arguments, in order.  An algorithm
+    with ``"option"`` inputs receives their values as keywords in ``outputs``
+    (its output shapes may depend on them, e.g. the number of chosen frames).
 ``reference(ctx, *inputs)``
     The float64 numpy math for ONE state; batching, validation and dispatch are
     the framework's.
@@ -47,8 +49,11 @@ from .review import ParallelismReview
 class Port:
     """One input or output of an algorithm, for one state.
 
-    ``kind`` is ``"state"`` (batched along a leading axis), ``"param"`` (shared by
-    the whole batch, such as gravity) .  ``optional`` inputs may be ``None``.
+    ``kind`` is ``"state"`` (batched along a leading axis), ``"param"`` (a numeric
+    array shared by the whole batch, such as gravity) or ``"option"`` (a
+    non-numeric setting shared by the whole batch, such as frame names: handed
+    to the reference as given, the algorithm validates it; ``shape`` is unused).
+    ``optional`` inputs may be ``None``.
     """
 
     name: str
@@ -83,7 +88,7 @@ class Algorithm:
     def inputs(self, robot: Robot) -> tuple[Port, ...]:
         raise NotImplementedError
 
-    def outputs(self, robot: Robot) -> tuple[Port, ...]:
+    def outputs(self, robot: Robot, **options) -> tuple[Port, ...]:
         raise NotImplementedError
 
     def reference(self, ctx, *args, **kwargs):

@@ -7,6 +7,7 @@ detail (and the full text of multi-line errors such as compiler logs).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -73,6 +74,21 @@ class GridGroup(click.Group):
 def main(ctx, verbose: int, blocked: tuple[str, ...]):
     """GRiD: robot description in, robot-specialised CUDA rigid-body dynamics out."""
     ctx.obj = _Ctx(verbose, blocked)
+    if blocked:
+        # Every registry this command reaches (robot loading, the composer, the reference)
+        # must honour the block, not only `grid list`: pass it on as GRID_DISABLE_PLUGINS.
+        from .hooks import DISABLE_ENV
+
+        previous = os.environ.get(DISABLE_ENV)
+        os.environ[DISABLE_ENV] = ",".join(filter(None, [previous, *blocked]))
+
+        def restore():
+            if previous is None:
+                os.environ.pop(DISABLE_ENV, None)
+            else:
+                os.environ[DISABLE_ENV] = previous
+
+        ctx.call_on_close(restore)
 
 
 def _robot_options(f):
@@ -184,6 +200,10 @@ def review(obj: _Ctx, algorithm):
     info = reg.info_of("algorithm", algorithm)
     click.echo(f"{alg.name} ({info.distribution} {info.version}): {alg.summary}")
     click.echo(alg.review.render(emitted=alg.has_emitter()))
+    if alg.has_emitter():
+        from .resources import render_measurements
+
+        click.echo(render_measurements(alg))
 
 
 if __name__ == "__main__":  # pragma: no cover

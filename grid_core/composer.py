@@ -1,48 +1,118 @@
-"""Assembles the header: banner, prelude, robot constants and tables, algorithms.
+"""Assembles the header: banner, prelude, robot constants and tables, the shared
+transform helper, gridData, then each selected algorithm in dependency order.
 
-The composer knows no particular algorithm: it asks each selected plugin for
-its emitted layers (by name, through the registry) and orders them so that
-every algorithm follows the algorithms it depends on.
+The composer knows no particular algorithm: it reaches each plugin through the
+registry by name, plans its arena (:mod:`grid_core.arena`) and asks its emitter
+for nodes (:mod:`grid_core.emit.emitter`).
 """
 
 from __future__ import annotations
 
+import importlib.resources
+import json
+
 import attrs
 
+from .arena import ArenaPlan, Tier, select_rungs, target_from_env
 from .emit import nodes as n
+from .emit import spatial_steps as ss
+from .emit.emitter import EmitContext, GridDataField
+from .emit.expr import Scope
 from .emit.printer import render
-from .errors import CodegenError
+from .errors import CodegenError, UnsupportedFeatureError
 from .hooks import registry as default_registry
 from .loader import load_robot
 from .model import JointType, Robot
 
 GENERATOR_VERSION = "0.1.0"
 
+P1_CHOICES = ("auto", "levels", "bodies")
+
 
 @attrs.frozen
 class GenerateOptions:
-    """Everything that changes the bytes of a header (part of every cache key)."""
+    """Everything besides robot and algorithms that changes the header's bytes."""
 
     namespace: str = "grid"
+    target_shared_mem_bytes: int | None = attrs.field(factory=target_from_env)
+    """Shared-memory budget of the rung selection (None: the sm_90 opt-in cap);
+    ``GRID_CUDA_TARGET_SHARED_MEM_BYTES`` sets it, a small value forces the deepest rung."""
+    p1: str = "auto"
+    """Sweep form of the block-cooperative layout: ``levels`` (P1 level batching),
+    ``bodies`` (one body per step), or ``auto`` (the measured winner per robot)."""
+    tuning: bool = True
+    """Use the measured per-robot tuning (crossovers, P1 winner) baked into plugins."""
 
     def __attrs_post_init__(self):
         if not self.namespace.isidentifier():
             raise CodegenError(f"namespace '{self.namespace}' is not a C++ identifier")
+        if self.p1 not in P1_CHOICES:
+            raise CodegenError(f"p1 must be one of {', '.join(P1_CHOICES)}, not '{self.p1}'")
+
+    def key(self) -> dict:
+        return attrs.asdict(self)
 
 
-_JOINT_CODES = {
-    JointType.REVOLUTE: 0,
-    JointType.CONTINUOUS: 0,
-    JointType.PRISMATIC: 1,
-    JointType.FLOATING: 2,
-}
+_JOINT_CODES = {JointType.REVOLUTE: 0, JointType.CONTINUOUS: 0, JointType.PRISMATIC: 1, JointType.FLOATING: 2}
+
+
+def prelude_text() -> str:
+    return importlib.resources.files("grid_core.emit").joinpath("prelude.cuh").read_text()
+
+
+def resolve_algorithms(names, reg=None) -> list:
+    """The selected algorithms plus everything they depend on, dependencies first."""
+    reg = reg or default_registry()
+    if names is None:
+        names = [a for a, alg in reg.algorithms.items() if alg.has_emitter()]
+    order: list = []
+    seen: set[str] = set()
+
+    def visit(name, stack=()):
+        if name in stack:
+            raise CodegenError(f"dependency cycle: {' -> '.join(stack + (name,))}")
+        if name in seen:
+            return
+        alg = reg.algorithm(name)
+        for dep in alg.depends_on:
+            visit(dep, stack + (name,))
+        seen.add(name)
+        order.append(alg)
+
+    for name in names:
+        visit(name)
+    return order
+
+
+def tuning_for(alg, robot: Robot) -> dict:
+    """Measured numbers for (algorithm, robot), from the plugin's ``<module>.tuning.json``.
+
+    Entries are keyed by robot name and checked against the robot digest, so a
+    robot that changed falls back to the defaults instead of a stale measurement.
+    """
+    module = type(alg).__module__
+    pkg, _, mod = module.rpartition(".")
+    try:
+        res = importlib.resources.files(pkg or mod).joinpath(f"{mod}.tuning.json")
+        data = json.loads(res.read_text()) if res.is_file() else {}
+    except (ModuleNotFoundError, FileNotFoundError, json.JSONDecodeError):
+        data = {}
+    entry = data.get("robots", {}).get(robot.name, {})
+    if entry and entry.get("digest", "")[:16] != robot.digest[:16]:
+        return {}
+    return entry
+
+
+# -- robot sections ------------------------------------------------------------------
 
 
 def robot_constants(robot: Robot) -> list:
     topo = robot.topology
     return [
-        n.Comment(f"Robot '{robot.name}': {robot.num_bodies} bodies, nq = {robot.nq}, nv = {robot.nv}, "
-                  f"{'floating' if robot.floating_base else 'fixed'} base."),
+        n.Comment(
+            f"Robot '{robot.name}': {robot.num_bodies} bodies, nq = {robot.nq}, nv = {robot.nv}, "
+            f"{'floating' if robot.floating_base else 'fixed'} base."
+        ),
         n.Stmt(f"static constexpr int NUM_BODIES = {robot.num_bodies}"),
         n.Stmt(f"static constexpr int NUM_JOINTS = {robot.num_bodies}"),
         n.Stmt(f"static constexpr int NUM_POS = {robot.nq}"),
@@ -51,6 +121,7 @@ def robot_constants(robot: Robot) -> list:
         n.Stmt(f"static constexpr int NUM_LEVELS = {topo.num_levels}"),
         n.Stmt(f"static constexpr int MAX_LEVEL_WIDTH = {topo.max_level_width}"),
         n.Stmt(f"static constexpr int NUM_BRANCHES = {len(topo.branches)}"),
+        n.Stmt(f"static constexpr int XI_SIZE = {ss.xi_size(robot)}"),
     ]
 
 
@@ -71,6 +142,8 @@ def topology_tables(robot: Robot) -> list:
             "int", "JOINT_TYPE", [_JOINT_CODES[x.jtype] for x in b],
             comment="0 revolute/continuous, 1 prismatic, 2 free-flyer",
         ),
+        n.ConstArray("int", "XI_OFFSET", [s.offset for s in ss.xi_layout(robot)],
+                     comment="start of each body's slot in the compact transform data (XI)"),
     ]
 
 
@@ -81,11 +154,219 @@ def model_tables(robot: Robot) -> list:
         inertia.extend(body.inertia.ravel())
         axis.extend(body.axis)
     return [
-        n.Comment("Model tables, row-major 6x6 per body (Featherstone: motion = [angular; linear])."),
+        n.Comment("Model tables, row-major 6x6 per body (Featherstone: motion = [angular; linear]).\n"
+                  "The kernels fold these constants into their code; robotModel<T> carries them\n"
+                  "to the device for code of your own."),
         n.ConstArray("double", "XTREE", xtree, per_line=6, comment="parent frame -> joint frame at q = 0"),
         n.ConstArray("double", "INERTIA", inertia, per_line=6, comment="spatial inertia in the body frame"),
         n.ConstArray("double", "AXIS", axis, per_line=3, comment="joint axis in the joint frame"),
     ]
+
+
+def runtime_support(max_perf_threads: int) -> list:
+    lite = min(2 * max_perf_threads, 768)
+    return [
+        n.Comment("Resource tiers (seed 004): launch bounds and shared-memory profile of a kernel."),
+        n.Raw("enum : int { TIER_SHARED = 0, TIER_LITE = 1, TIER_MINIMAL = 2 };"),
+        n.Comment("Block size the block-cooperative layout is tuned for (a hint: any block size is correct)."),
+        n.Stmt(f"static constexpr int MAX_PERF_LEVEL_THREADS = {max_perf_threads}"),
+        n.Function(
+            "__host__ __device__ constexpr int tier_max_threads()",
+            [n.Stmt(f"return TIER == TIER_SHARED ? MAX_PERF_LEVEL_THREADS : (TIER == TIER_LITE ? {lite} : 1024)")],
+            template="template <int TIER>",
+        ),
+        n.Blank(),
+        n.Comment("Work layouts: one block per state (block-cooperative), or one thread per state."),
+        n.Raw("enum : int { LAYOUT_AUTO = 0, LAYOUT_BLOCK = 1, LAYOUT_PER_STATE = 2 };"),
+        n.Struct("LaunchConfig", [
+            n.Stmt("int layout = LAYOUT_AUTO"),
+            n.Stmt("int tier = TIER_SHARED"),
+            n.Raw("int threads = 0;  // 0: the layout's default"),
+            n.Raw("int blocks = 0;   // 0: enough for the batch"),
+        ]),
+        n.Comment("Workspace slices are per block; spilled launches use at most this many blocks."),
+        n.Stmt("static constexpr int MAX_WORKSPACE_BLOCKS = 2048"),
+        n.Blank(),
+        n.Comment("Gravity in the world frame; a scalar g means (0, 0, -g) as upstream's API does."),
+        n.Struct("Gravity", [
+            n.Stmt("T x, y, z"),
+            n.Raw("__host__ __device__ Gravity(T g = T(9.81)) : x(0), y(0), z(-g) {}"),
+            n.Raw("__host__ __device__ Gravity(T gx, T gy, T gz) : x(gx), y(gy), z(gz) {}"),
+        ], template="template <typename T>"),
+        n.Blank(),
+        n.Comment("The device's opt-in shared memory per block, queried once (never assumed)."),
+        n.Function("inline int grid_get_max_dynamic_shared_memory_bytes()", [
+            n.Stmt("static int cap = -1"),
+            n.If("cap < 0", [
+                n.Stmt("int device = 0"),
+                n.Stmt("cudaGetDevice(&device)"),
+                n.If("cudaDeviceGetAttribute(&cap, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess",
+                     [n.Stmt("cap = 48 * 1024")]),
+            ]),
+            n.Stmt("return cap"),
+        ]),
+    ]
+
+
+def robot_model_struct() -> list:
+    return [
+        n.Comment("The robot's constant tables in device memory, in precision T."),
+        n.Struct("robotModel", [
+            n.Stmt("T *d_XTREE"),
+            n.Stmt("T *d_INERTIA"),
+            n.Stmt("T *d_AXIS"),
+            n.Stmt("int *d_PARENT"),
+        ], template="template <typename T>"),
+        n.Function("__host__ robotModel<T> *init_robotModel()", [
+            n.Stmt("robotModel<T> h_model"),
+            n.Stmt("T h_buf[36 * NUM_BODIES]"),
+            n.Raw(
+                "auto upload = [&h_buf](T **dst, const double *src, int count) {\n"
+                "    for (int i = 0; i < count; ++i) h_buf[i] = static_cast<T>(src[i]);\n"
+                "    gpuErrchk(cudaMalloc(dst, count * sizeof(T)));\n"
+                "    gpuErrchk(cudaMemcpy(*dst, h_buf, count * sizeof(T), cudaMemcpyHostToDevice));\n"
+                "};"
+            ),
+            n.Stmt("upload(&h_model.d_XTREE, XTREE, 36 * NUM_BODIES)"),
+            n.Stmt("upload(&h_model.d_INERTIA, INERTIA, 36 * NUM_BODIES)"),
+            n.Stmt("upload(&h_model.d_AXIS, AXIS, 3 * NUM_BODIES)"),
+            n.Stmt("gpuErrchk(cudaMalloc(&h_model.d_PARENT, NUM_BODIES * sizeof(int)))"),
+            n.Stmt("gpuErrchk(cudaMemcpy(h_model.d_PARENT, PARENT, NUM_BODIES * sizeof(int), cudaMemcpyHostToDevice))"),
+            n.Stmt("robotModel<T> *d_model = nullptr"),
+            n.Stmt("gpuErrchk(cudaMalloc(&d_model, sizeof(robotModel<T>)))"),
+            n.Stmt("gpuErrchk(cudaMemcpy(d_model, &h_model, sizeof(robotModel<T>), cudaMemcpyHostToDevice))"),
+            n.Stmt("return d_model"),
+        ], template="template <typename T>"),
+        n.Function("__host__ void close_robotModel(robotModel<T> *d_model)", [
+            n.Stmt("robotModel<T> h_model"),
+            n.Stmt("gpuErrchk(cudaMemcpy(&h_model, d_model, sizeof(robotModel<T>), cudaMemcpyDeviceToHost))"),
+            n.Stmt("cudaFree(h_model.d_XTREE)"),
+            n.Stmt("cudaFree(h_model.d_INERTIA)"),
+            n.Stmt("cudaFree(h_model.d_AXIS)"),
+            n.Stmt("cudaFree(h_model.d_PARENT)"),
+            n.Stmt("cudaFree(d_model)"),
+        ], template="template <typename T>"),
+    ]
+
+
+def ximats_helpers(robot: Robot) -> list:
+    """The transform helper shared by every algorithm (placement-free: it writes where
+    it is told; the inner that calls it has already chosen the placement)."""
+    cases = []
+    per_state = Scope("x")
+    for body in robot.bodies:
+        scope = Scope("x")
+        ss.xi_update(scope, robot, body, lambda i: f"s_q[{i}]", lambda i: f"s_XI[{i}]")
+        cases.append(n.Block(f"case {body.index}:", [*scope.stmts, n.Stmt("break")]))
+        ss.xi_update(per_state, robot, body, lambda i: f"q[{i}]", lambda i: f"XI[{i}]")
+    return [
+        n.Comment(
+            "XImats: the configuration-dependent part of every body transform, in the compact\n"
+            "layout of XI_OFFSET (P4: sin/cos of a revolute joint, the displacement of a\n"
+            "prismatic one, E and position of a free-flyer; the constant parts are folded into\n"
+            "the algorithms).  Block-cooperative: one body per thread (P3: hoisted out of the\n"
+            "sweeps).  The caller passes the s_XI its placement chose (never null) and syncs after."
+        ),
+        n.Function(
+            "__device__ void load_update_XImats(T *s_XI, const T *s_q)",
+            [
+                n.Stmt("GRID_ASSERT(s_XI != nullptr)"),
+                n.BlockStrideLoop("body", "NUM_BODIES", [n.Block("switch (body)", cases)]),
+            ],
+            template="template <typename T>",
+        ),
+        n.Comment("The same for one state in registers (per-state layout)."),
+        n.Function(
+            "__device__ __forceinline__ void compute_XImats_state(T *XI, const T *q)",
+            per_state.stmts,
+            template="template <typename T>",
+        ),
+    ]
+
+
+INPUT_FIELDS = (
+    ("q_qd", lambda r: r.nq + r.nv, "[q | qd] per state (USE_COMPRESSED_MEM)"),
+    ("q_qd_u", lambda r: r.nq + 2 * r.nv, "[q | qd | u] per state (u: qdd or tau, by algorithm)"),
+    ("qdd", lambda r: r.nv, "joint accelerations (USE_COMPRESSED_MEM)"),
+    ("f_ext", lambda r: 6 * r.num_bodies, "external force per body, body frame, [force; moment]"),
+)
+
+
+def grid_data(robot: Robot, fields: list[GridDataField]) -> list:
+    all_fields = [GridDataField(nm, size(robot), doc) for nm, size, doc in INPUT_FIELDS] + list(fields)
+    members = []
+    for f in all_fields:
+        members.append(n.Stmt(f"T *h_{f.name} = nullptr;  // {f.elements} per state: {f.doc}"))
+        members.append(n.Stmt(f"T *d_{f.name} = nullptr"))
+    members += [
+        n.Stmt("bool use_f_ext = false;  // read h_f_ext (and d_f_ext) when set"),
+        n.Stmt("T *d_workspace = nullptr"),
+        n.Stmt("size_t workspace_bytes = 0"),
+        n.Stmt("int capacity = 0;  // states the buffers hold"),
+    ]
+    alloc = []
+    for f in all_fields:
+        alloc.append(n.Stmt(f"gpuErrchk(cudaMallocHost(&hd->h_{f.name}, size_t({f.elements}) * N * sizeof(T)))"))
+        alloc.append(n.Stmt(f"gpuErrchk(cudaMalloc(&hd->d_{f.name}, size_t({f.elements}) * N * sizeof(T)))"))
+    free = []
+    for f in all_fields:
+        free.append(n.Stmt(f"cudaFreeHost(hd->h_{f.name})"))
+        free.append(n.Stmt(f"cudaFree(hd->d_{f.name})"))
+    return [
+        n.Comment("Host and device buffers for the host (layer 3) wrappers, for N states."),
+        n.Struct("gridData", members, template="template <typename T>"),
+        n.Function(
+            "__host__ gridData<T> *init_gridData(int N)",
+            [n.Stmt("gridData<T> *hd = new gridData<T>()"), n.Stmt("hd->capacity = N"), *alloc,
+             n.Stmt("return hd")],
+            template="template <typename T>",
+        ),
+        n.Function(
+            "__host__ void close_grid(gridData<T> *hd)",
+            [*free, n.Stmt("cudaFree(hd->d_workspace)"), n.Stmt("delete hd")],
+            template="template <typename T>",
+        ),
+        n.Stmt("static constexpr int NUM_STREAMS = 3"),
+        n.Function(
+            "__host__ cudaStream_t *init_grid_streams()",
+            [
+                n.Stmt("cudaStream_t *streams = new cudaStream_t[NUM_STREAMS]"),
+                n.For("int i = 0", "i < NUM_STREAMS", "++i", [n.Stmt("gpuErrchk(cudaStreamCreate(&streams[i]))")]),
+                n.Stmt("return streams"),
+            ],
+            template="template <typename T>",
+        ),
+        n.Function(
+            "__host__ void close_grid_streams(cudaStream_t *streams)",
+            [n.For("int i = 0", "i < NUM_STREAMS", "++i", [n.Stmt("cudaStreamDestroy(streams[i])")]),
+             n.Stmt("delete[] streams")],
+        ),
+        n.Function(
+            "__host__ cudaError_t grid_ensure_workspace(gridData<T> *hd, size_t bytes)",
+            [
+                n.If("bytes <= hd->workspace_bytes", [n.Stmt("return cudaSuccess")]),
+                n.Stmt("cudaFree(hd->d_workspace)"),
+                n.Stmt("hd->workspace_bytes = 0"),
+                n.Stmt("cudaError_t err = cudaMalloc(&hd->d_workspace, bytes)"),
+                n.If("err == cudaSuccess", [n.Stmt("hd->workspace_bytes = bytes")]),
+                n.Stmt("return err"),
+            ],
+            template="template <typename T>",
+        ),
+    ]
+
+
+# -- assembly ------------------------------------------------------------------------
+
+
+def plan_arena(alg, robot: Robot, options: GenerateOptions) -> ArenaPlan:
+    return select_rungs(
+        alg.name, alg.arenas(robot, options), alg.spill_rungs(robot, options), options.target_shared_mem_bytes
+    )
+
+
+def _round_warp(x: int) -> int:
+    return max(32, min(512, -(-x // 32) * 32))
 
 
 def generate(robot, algorithms=None, **options) -> str:
@@ -96,24 +377,62 @@ def generate(robot, algorithms=None, **options) -> str:
     robot = load_robot(robot)
     opts = GenerateOptions(**options)
     reg = default_registry()
-    if algorithms is not None:
-        for name in algorithms:
-            reg.algorithm(name)  # raises a PluginError naming the registered ones
+    selected = resolve_algorithms(algorithms, reg)
+    for alg in selected:
+        if not alg.has_emitter():
+            raise CodegenError(f"algorithm '{alg.name}' has no GPU emitter yet (reference only)")
+        alg.check_robot(robot)
+    emitters = [alg.emitter(alg) for alg in selected]
+    max_threads = _round_warp(max([e.block_threads_hint(robot) for e in emitters], default=32))
+    fields: list[GridDataField] = []
+    for e in emitters:
+        fields.extend(e.grid_data_fields(robot))
+    algo_nodes = []
+    for alg, em in zip(selected, emitters):
+        ctx = EmitContext(
+            robot=robot,
+            algorithm=alg,
+            plan=plan_arena(alg, robot, opts),
+            options=opts,
+            tuning=tuning_for(alg, robot) if opts.tuning else {},
+            max_perf_threads=max_threads,
+        )
+        bar = "-" * max(4, 86 - len(alg.name))
+        algo_nodes += [n.Blank(), n.Comment(f"---- {alg.name} {bar}"), n.Blank(), *em.emit(ctx)]
     body = [
         *robot_constants(robot),
         n.Blank(),
         *topology_tables(robot),
         n.Blank(),
         *model_tables(robot),
+        n.Blank(),
+        *runtime_support(max_threads),
+        n.Blank(),
+        *robot_model_struct(),
+        n.Blank(),
+        *ximats_helpers(robot),
+        n.Blank(),
+        *grid_data(robot, fields),
+        *algo_nodes,
     ]
+    names = ", ".join(a.name for a in selected) or "none"
     header = [
         n.Comment(
-            f"grid.cuh: rigid-body dynamics for robot '{robot.name}', generated by GRiD "
-            f"{GENERATOR_VERSION}.\nDo not edit: regenerate with `grid build`.\n"
+            f"grid.cuh: rigid-body dynamics for robot '{robot.name}' ({robot.nv} dof), generated by "
+            f"GRiD {GENERATOR_VERSION}.\n"
+            f"Algorithms: {names}.\n"
+            "Do not edit: regenerate with `grid build`.  Compile with nvcc -std=c++17, or as host\n"
+            "C++17 with GRID_HOST_EMULATION defined.\n"
             f"robot digest: {robot.digest[:16]}"
         ),
         n.Raw("#pragma once"),
         n.Blank(),
+        n.Raw(prelude_text()),
+        n.Blank(),
         n.Namespace(opts.namespace, body),
     ]
     return render(header)
+
+
+__all__ = ["GENERATOR_VERSION", "GenerateOptions", "generate", "resolve_algorithms", "plan_arena", "Tier",
+           "UnsupportedFeatureError"]

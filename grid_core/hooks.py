@@ -115,6 +115,13 @@ def build_registry(blocked: Iterable[str] = (), extra_plugins: Iterable[tuple[st
     for name, obj in extra_plugins:
         if name not in blocked:
             register(name, obj, "<extra>", "")
+    try:
+        pm.check_pending()  # a @hookimpl that no hookspec declares: a misspelt hook name
+    except pluggy.PluginValidationError as exc:
+        info = plugins[pm.get_name(exc.plugin)]
+        raise PluginError(
+            f"plugin '{info.name}' ({info.distribution} {info.version}) is malformed: {exc}"
+        ) from None
 
     algorithms: dict[str, Algorithm] = {}
     loaders: dict[str, RobotLoader] = {}

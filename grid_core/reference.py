@@ -126,6 +126,9 @@ def bind_inputs(alg: Algorithm, robot: Robot, args, kwargs) -> tuple[dict, int |
     batch_from = None
     for p in ports:
         value = given.get(p.name, p.default)
+        if p.kind == "option":  # non-numeric, shared by the batch: the algorithm validates it
+            bound[p.name] = value
+            continue
         if value is None and p.optional:
             bound[p.name] = None
             continue
@@ -158,7 +161,7 @@ class _BoundAlgorithm:
             inspect.Parameter(
                 p.name,
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                default=p.default if (p.optional or p.kind == "param") else inspect.Parameter.empty,
+                default=p.default if (p.optional or not p.batched) else inspect.Parameter.empty,
             )
             for p in self._alg.inputs(self._backend.robot)
         ]

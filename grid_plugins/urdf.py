@@ -4,7 +4,8 @@ Hardening (DESIGN §6): the file is read by us, capped in size
 (``GRID_URDF_MAX_BYTES``, default 32 MiB), and parsed from bytes with entity
 resolution, DTD loading and network access off; any DOCTYPE is refused, so no
 entity (internal or external) is ever expanded and no other file or address is
-touched.  Every error names the file, the element (with its line) and what to fix.
+touched; XInclude elements are refused too (never processed, never silently
+dropped).  Every error names the file, the element (with its line) and what to fix.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 _INF_OK = frozenset({"lower", "upper", "effort", "velocity"})
 
 _UNSUPPORTED_TYPES = {"planar", "spherical", "ball", "universal", "screw"}
+
+_XINCLUDE_NS = frozenset({"http://www.w3.org/2001/XInclude", "http://www.w3.org/2003/XInclude"})
 
 
 def max_urdf_bytes() -> int:
@@ -52,14 +55,16 @@ class _Ctx:
 
 
 def describe(el) -> str:
-    tag = etree.QName(el).localname if isinstance(el.tag, str) else "element"
-    name = el.get("name")
-    if name is None and el.getparent() is not None:
-        parent = el.getparent()
-        pname = parent.get("name")
-        ptag = etree.QName(parent).localname
-        return f"<{ptag} name='{pname}'> <{tag}>" if pname else f"<{ptag}> <{tag}>"
-    return f"<{tag} name='{name}'>" if name is not None else f"<{tag}>"
+    """The element under its nearest named ancestor: ``<link name='a'> <inertial> <mass>``."""
+    parts = []
+    while el is not None:
+        tag = etree.QName(el).localname if isinstance(el.tag, str) else "element"
+        name = el.get("name") if isinstance(el.tag, str) else None
+        parts.append(f"<{tag} name='{name}'>" if name is not None else f"<{tag}>")
+        if name is not None:
+            break
+        el = el.getparent()
+    return " ".join(reversed(parts))
 
 
 def _floats(ctx: _Ctx, el, attr: str, n: int, default=None) -> np.ndarray:
@@ -232,8 +237,8 @@ def parse_urdf(
         )
     try:
         root = etree.fromstring(data, _xml_parser())
-    except etree.XMLSyntaxError as exc:
-        raise RobotModelError(f"{source}: not well-formed XML: {exc}") from None
+    except etree.XMLSyntaxError as exc:  # libxml2's text may hold newlines: keep one line
+        raise RobotModelError(f"{source}: not well-formed XML: {' '.join(str(exc).split())}") from None
     except ValueError as exc:  # e.g. an encoding declaration lxml refuses
         raise RobotModelError(f"{source}: cannot parse XML: {exc}") from None
     if root is None:
@@ -247,6 +252,9 @@ def parse_urdf(
     for el in root.iter():
         if isinstance(el, etree._Entity):  # pragma: no cover - refused above already
             raise ctx.err(el, "entity references are not allowed")
+        if isinstance(el.tag, str) and etree.QName(el).namespace in _XINCLUDE_NS:
+            # never processed (we do not call xinclude()); refused so nothing is silently dropped
+            raise ctx.err(el, "XInclude is not allowed in a URDF (inline the included content)")
     links = [_parse_link(ctx, el) for el in root.findall("link")]
     joints = [_parse_joint(ctx, el) for el in root.findall("joint")]
     name = root.get("name") or Path(source).stem

@@ -69,3 +69,65 @@ def swap66(X: np.ndarray) -> np.ndarray:
     """Reorder a 6x6 spatial matrix between [ang; lin] and [lin; ang]."""
     P = np.block([[np.zeros((3, 3)), np.eye(3)], [np.eye(3), np.zeros((3, 3))]])
     return P @ X @ P
+
+
+def pin_forces(f_ext) -> list:
+    """Our ``f_ext`` (one ``[force; moment]`` per body, body frame) as Pinocchio's list per joint."""
+    import pinocchio as pin
+
+    return [pin.Force.Zero()] + [pin.Force(fx[:3], fx[3:]) for fx in f_ext]
+
+
+def symmetrise_upper(A: np.ndarray) -> np.ndarray:
+    """The symmetric matrix whose upper triangle is ``A``'s (pin.crba, pin.computeMinverse)."""
+    return np.triu(A) + np.triu(A, 1).T
+
+
+_FRAME_TYPES = {"link": "BODY", "joint": "JOINT", "fixed_joint": "FIXED_JOINT"}
+
+
+def pin_frame_id(model, frame) -> int:
+    """Pinocchio's id of our :class:`Frame` (matched by name and type: names may be shared)."""
+    import pinocchio as pin
+
+    return model.getFrameId(frame.name, getattr(pin.FrameType, _FRAME_TYPES[frame.kind]))
+
+
+# Robots whose joint-space inertia matrix is so ill-conditioned that no float64 method
+# can reproduce another's forward dynamics (qdd, M^-1 and their derivatives) to 1e-9:
+# icub's neck links neck_pitch / neck_roll are 0.1 kg point masses (zero rotational
+# inertia), so some neck motions move almost no inertia and cond(M) reaches 5e6 - 1e12.
+# Ours and Pinocchio's M then agree to 4e-16 while the EXACT solutions of the two
+# float64 systems differ by up to ~1e-7 (and Pinocchio's aba, computeMinverse and
+# solve(crba) disagree among themselves by as much).  These robots are compared on the
+# equations of motion instead (backward error, tests/algorithms/test_ill_conditioned_reference.py).
+ILL_CONDITIONED = ("erd:icub",)
+
+# Mimic robots given a free-flyer (the catalogue's mimic robots are fixed-base):
+# ``(name, floating_base)`` pairs for the comparisons that must cover both at once.
+FLOATING_MIMIC = (("erd:panda", True), ("erd:baxter", True))
+
+
+def pin_minv(robot, q):
+    import pinocchio as pin
+
+    model = pin_model(robot)
+    data = model.createData()
+    pq = to_pin_q(robot, q)
+    if robot.has_mimic:  # Pinocchio 4.1: "This algorithm does not support Joint Mimic type"
+        return np.linalg.inv(symmetrise_upper(pin.crba(model, data, pq)))
+    return symmetrise_upper(pin.computeMinverse(model, data, pq))
+
+
+def pin_forward_dynamics(robot, q, qd, tau, f_ext=None, model=None):
+    """Pinocchio's qdd: aba, or on a mimic model solve(crba, tau - rnea(q, qd, 0))."""
+    import pinocchio as pin
+
+    model = model or pin_model(robot)
+    data = model.createData()
+    pq = to_pin_q(robot, q)
+    extra = () if f_ext is None else (pin_forces(f_ext),)
+    if robot.has_mimic:
+        M = symmetrise_upper(pin.crba(model, data, pq))
+        return np.linalg.solve(M, tau - pin.rnea(model, data, pq, qd, np.zeros(robot.nv), *extra))
+    return pin.aba(model, data, pq, qd, tau, *extra)

@@ -94,12 +94,16 @@ class For:
 
 @attrs.frozen
 class BlockStrideLoop:
-    """``for (int var = tid; var < count; var += block size)``: correct at any block size."""
+    """``for (int var = tid; var < count; var += block size)``: correct at any block size.
+
+    ``per_warp``: one item per warp (lane 0 runs it), so items whose code differs run
+    on different warps instead of diverging within one."""
 
     var: str
     count: Union[str, int]
     body: tuple = body_field()
     start: Union[str, int] = 0
+    per_warp: bool = False
 
 
 @attrs.frozen

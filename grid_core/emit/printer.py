@@ -101,6 +101,11 @@ class CudaPrinter:
     def print_BlockStrideLoop(self, node: n.BlockStrideLoop, depth, out):
         v = node.var
         start = "" if node.start in (0, "0") else f"{node.start} + "
+        if node.per_warp:
+            head = (f"for (int {v} = {start}GRID_TID / 32; {v} < {node.count}; "
+                    f"{v} += (GRID_BLOCK_THREADS + 31) / 32)")
+            self._braced(head, [n.If("GRID_TID % 32 == 0", node.body)], depth, out)
+            return
         head = (
             f"for (int {v} = {start}GRID_TID; {v} < {node.count}; {v} += GRID_BLOCK_THREADS)"
         )

@@ -1,0 +1,317 @@
+"""Driver of benchmarks/gpu_check.sh: build, check and time the generated kernels on the GPU.
+
+Phases (each recorded; a failure does not stop the others, but sets the exit code):
+  build     headers and binaries for iiwa14, hyq, atlas, g1 (also the forced-spill and
+            per-body-sweep variants), the fused example, and the RobotHandle libraries of
+            the gpu tests (into the build cache); runs without a GPU (nvcc only)
+  tests     pytest -m gpu
+  sanitize  compute-sanitizer memcheck and racecheck over every layout/tier/block size
+  time      kernel-only, CUDA-graph, host-timed and with-I/O medians, with an empty kernel
+  fused     the fused control step at batch 256
+  tune      the measured crossover (per-state vs block) and P1 winner per robot, written
+            to grid_algorithms/inverse_dynamics.tuning.json
+Results: benchmarks/results/<date>_<gpu>_<commit>.json (and $OUT when set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # grid_core from this tree, installed or not
+BUILD = ROOT / "benchmarks" / "build"
+RESULTS = ROOT / "benchmarks" / "results"
+ROBOTS = ["iiwa14", "hyq", "atlas", "g1"]
+SIZES = [1, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
+ARCH = os.environ.get("GRID_CUDA_ARCH", "sm_90")
+
+# ../shared/ANCHORS.md: upstream GRiD inverse dynamics, µs.
+# §C kernel-only, upstream rebuilt on our H200 (float32, one block per state).
+UPSTREAM_H200_KERNEL = {
+    "iiwa14": {1: 9.7, 256: 10.8, 1024: 14.6, 4096: 36.3, 16384: 122.2},
+    "hyq": {256: 8.8, 16384: 82.2},
+    "atlas": {1: 12.8, 256: 14.2, 1024: 27.8, 4096: 80.9, 16384: 294.2},
+}
+# §A published release, RTX 5090: resident (host-timed launch + sync) / host (with I/O).
+UPSTREAM_5090 = {
+    "iiwa14": {16: (11.7, 21.0), 256: (11.9, 23.3), 1024: (13.0, 27.4)},
+    "g1": {16: (40.1, 50.0), 256: (38.3, 53.6), 1024: (73.0, 106.0)},
+}
+HBM_BYTES_PER_S = 4.3e12  # ANCHORS §D memory floor
+_NUM = ARCH.split("_", 1)[-1]
+NVCC_FLAGS = ["-std=c++17", "-O3", f"-gencode=arch=compute_{_NUM},code=sm_{_NUM}", "-Xlinker", "--strip-all"]
+
+
+def log(msg: str) -> None:
+    print(f"[gpu_check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    log("$ " + " ".join(str(c) for c in cmd))
+    return subprocess.run([str(c) for c in cmd], text=True, capture_output=True, **kw)
+
+
+def variants():
+    """(label, robot, generate options): normal, forced deepest spill, per-body sweeps."""
+    out = []
+    for r in ROBOTS:
+        out.append((r, r, {}))
+        out.append((f"{r}-spill", r, {"target_shared_mem_bytes": 0}))
+        out.append((f"{r}-bodies", r, {"p1": "bodies"}))
+    return out
+
+
+def phase_build(state: dict) -> None:
+    import warnings
+
+    import grid_core
+    from grid_core.composer import generate
+    from grid_core.runtime.handle import build_gpu_library
+
+    warnings.simplefilter("ignore")
+    BUILD.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("GRID_CACHE_DIR", str(BUILD / "cache"))
+    src = ROOT / "benchmarks" / "src" / "bench_inverse_dynamics.cu"
+    for label, name, opts in variants():
+        d = BUILD / label
+        d.mkdir(exist_ok=True)
+        header = generate(grid_core.load_robot(name), ["inverse_dynamics"], **opts)
+        hpath = d / "grid.cuh"
+        exe = d / "bench"
+        if hpath.exists() and hpath.read_text() == header and exe.exists():
+            continue
+        hpath.write_text(header)
+        res = run(["nvcc", *NVCC_FLAGS, "-include", hpath, src, "-o", exe])
+        if res.returncode:
+            raise RuntimeError(f"nvcc failed for {label}:\n{res.stderr[-4000:]}")
+    # the fused example (iiwa14)
+    d = BUILD / "fused"
+    d.mkdir(exist_ok=True)
+    (d / "grid.cuh").write_text(generate(grid_core.load_robot("iiwa14"), ["inverse_dynamics"]))
+    res = run(["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"',
+               ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu", "-o", d / "fused"])
+    if res.returncode:
+        raise RuntimeError(f"nvcc failed for the fused example:\n{res.stderr[-4000:]}")
+    # the RobotHandle libraries the gpu tests load (same content hash there)
+    import numpy as np  # noqa: F401
+
+    for name in ROBOTS:
+        robot = grid_core.load_robot(name)
+        for opts in ({}, {"target_shared_mem_bytes": 0}):
+            build_gpu_library(robot, ["inverse_dynamics"], arch=ARCH, quiet=True, **opts)
+    state["build"] = "ok"
+
+
+def phase_tests(state: dict) -> None:
+    res = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", "-p", "no:cacheprovider"], cwd=ROOT)
+    tail = (res.stdout + res.stderr).strip().splitlines()[-15:]
+    state["tests"] = {"returncode": res.returncode, "tail": tail}
+    print("\n".join(tail))
+    if res.returncode:
+        raise RuntimeError("gpu tests failed")
+
+
+def phase_sanitize(state: dict) -> None:
+    out = {}
+    bad = []
+    for label in ROBOTS + [f"{r}-spill" for r in ROBOTS]:
+        exe = BUILD / label / "bench"
+        for tool in ("memcheck", "racecheck"):
+            res = run(["compute-sanitizer", "--tool", tool, "--error-exitcode", "3", exe, "check"])
+            text = (res.stdout + res.stderr).strip()
+            summary = [ln for ln in text.splitlines() if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln
+                       or ln.startswith("check:")]
+            out[f"{label}:{tool}"] = {"returncode": res.returncode, "summary": summary}
+            if res.returncode:
+                bad.append(f"{label}:{tool}")
+                print(text[-3000:])
+    state["sanitize"] = out
+    if bad:
+        raise RuntimeError(f"sanitizer reported errors: {bad}")
+
+
+def phase_time(state: dict, repeats: int) -> None:
+    rows = []
+    for label in ROBOTS:
+        path = BUILD / label / "time.json"
+        res = run([BUILD / label / "bench", "time", "--robot", label, "--repeats", repeats,
+                   "--sizes", ",".join(map(str, SIZES)), "--json", path])
+        if res.returncode:
+            raise RuntimeError(f"timing {label} failed: {res.stderr[-2000:]}")
+        rows += json.loads(path.read_text())
+    # P1 A/B: the per-body sweep form, block layout, at the batch sizes of the block regime
+    for r in ROBOTS:
+        path = BUILD / f"{r}-bodies" / "time.json"
+        res = run([BUILD / f"{r}-bodies" / "bench", "time", "--robot", f"{r}-bodies", "--repeats", repeats,
+                   "--sizes", "1,256,1024", "--json", path])
+        if res.returncode:
+            raise RuntimeError(f"timing {r}-bodies failed: {res.stderr[-2000:]}")
+        rows += json.loads(path.read_text())
+    state["time"] = rows
+
+
+def phase_fused(state: dict) -> None:
+    path = BUILD / "fused" / "fused.json"
+    res = run([BUILD / "fused" / "fused", "--batch", 256, "--repeats", 200, "--threads", 128, "--json", path])
+    print(res.stdout.strip())
+    state["fused"] = json.loads(path.read_text()) if path.exists() else {"error": res.stderr[-2000:]}
+    if res.returncode:
+        raise RuntimeError("fused example failed its correctness check")
+
+
+def phase_tune(state: dict) -> None:
+    import warnings
+
+    import grid_core
+
+    warnings.simplefilter("ignore")
+    rows = state.get("time", [])
+    tuning = {"note": "measured by benchmarks/gpu_check.sh; baked into headers by the composer", "robots": {}}
+    for r in ROBOTS:
+        robot = grid_core.load_robot(r)
+        k = {(x["n"], x["layout"]): x["kernel_us"] for x in rows if x["robot"] == r}
+        kb = {x["n"]: x["kernel_us"] for x in rows if x["robot"] == f"{r}-bodies" and x["layout"] == "block"}
+        sizes = sorted({n for n, _ in k})
+        # smallest N from which the per-state layout is never slower than one block per state
+        cross = None
+        for n in sizes:
+            if (n, "block") not in k:
+                continue
+            if all(k[(m, "per_state")] <= k[(m, "block")] for m in sizes if m >= n and (m, "block") in k):
+                cross = n
+                break
+        levels_256 = k.get((256, "block"))
+        bodies_256 = kb.get(256)
+        p1 = "levels" if levels_256 is None or bodies_256 is None or levels_256 <= bodies_256 else "bodies"
+        tuning["robots"][r] = {
+            "digest": robot.digest[:16],
+            "per_state_min_n": cross if cross is not None else max(sizes) + 1,
+            "p1": p1,
+            "ab_block_n256_us": {"levels": levels_256, "bodies": bodies_256},
+            "ab_block_n1024_us": {"levels": k.get((1024, "block")), "bodies": kb.get(1024)},
+            "gpu": state.get("gpu", ""),
+        }
+    state["tuning"] = tuning
+    (ROOT / "grid_algorithms" / "inverse_dynamics.tuning.json").write_text(json.dumps(tuning, indent=1) + "\n")
+
+
+def gpu_name() -> str:
+    res = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True)
+    return res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else "unknown GPU"
+
+
+def summary(state: dict) -> str:
+    lines = ["", "=" * 118, f"SUMMARY  {state['gpu']}  commit {state['commit']}  {state['date']}", "=" * 118]
+    for ph, res in state["phases"].items():
+        lines.append(f"  phase {ph:<9} {res}")
+    rows = state.get("time", [])
+    if rows:
+        lines.append("")
+        lines.append("inverse_dynamics, float32, µs (median). kernel = one launch in cudaEvents; empty = empty kernel, "
+                     "same grid, same run;")
+        lines.append("graph = CUDA-graph replay; resident = host-timed launch+sync; io = host wrapper with copies; "
+                     "upstream: ANCHORS §C (H200) / §A (5090 res/host)")
+        hdr = (f"{'robot':<8}{'N':>9} {'layout':<10}{'kernel':>8}{'empty':>8}{'k-e':>7}{'graph':>8}{'g-empty':>8}"
+               f"{'resident':>9}{'io':>9}{'floor':>8}  upstream")
+        lines.append(hdr)
+        for x in rows:
+            if x["layout"] != "auto" or "-" in x["robot"]:
+                continue
+            r, n = x["robot"], x["n"]
+            up = []
+            if n in UPSTREAM_H200_KERNEL.get(r, {}):
+                up.append(f"H200 kernel {UPSTREAM_H200_KERNEL[r][n]}")
+            if n in UPSTREAM_5090.get(r, {}):
+                res_, host = UPSTREAM_5090[r][n]
+                up.append(f"5090 res {res_} / host {host}")
+            floor = ""
+            if n >= 262144:
+                import grid_core
+
+                rb = grid_core.load_robot(r)
+                floor = f"{n * 4 * (rb.nq + 3 * rb.nv) / HBM_BYTES_PER_S * 1e6:.1f}"
+            lines.append(
+                f"{r:<8}{n:>9} {x['resolved']:<10}{x['kernel_us']:>8.2f}{x['empty_us']:>8.2f}"
+                f"{x['kernel_us'] - x['empty_us']:>7.2f}{x['graph_us']:>8.2f}{x['graph_empty_us']:>8.2f}"
+                f"{x['resident_us']:>9.2f}{x['io_us']:>9.2f}{floor:>8}  {'; '.join(up)}"
+            )
+    t = state.get("tuning", {}).get("robots", {})
+    if t:
+        lines.append("")
+        lines.append("tuning (block layout A/B of the P1 sweep form; crossover to the per-state layout):")
+        for r, v in t.items():
+            lines.append(f"  {r:<8} per_state_min_n={v['per_state_min_n']:<8} P1 winner={v['p1']:<7} "
+                         f"N=256 levels {v['ab_block_n256_us']['levels']} us vs bodies {v['ab_block_n256_us']['bodies']} us")
+    f = state.get("fused")
+    if isinstance(f, dict) and "fused_us" in f:
+        lines.append("")
+        lines.append(f"fused example (iiwa14, batch {f['batch']}): fused {f['fused_us']:.2f} us, layered "
+                     f"{f['layered_us']:.2f} us, ratio {f['layered_us'] / f['fused_us']:.2f}x (upstream 5090: 3.75x)")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", action="store_true", help="only build (no GPU needed)")
+    ap.add_argument("--skip", default="", help="comma-separated phases to skip")
+    ap.add_argument("--repeats", type=int, default=200)
+    args = ap.parse_args()
+    os.environ.setdefault("GRID_CACHE_DIR", str(BUILD / "cache"))
+    os.environ.setdefault("GRID_CUDA_ARCH", ARCH)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    state = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        "commit": commit.stdout.strip() or os.environ.get("GRID_COMMIT", "unknown"),
+        "gpu": "build only" if args.build else gpu_name(),
+        "phases": {},
+    }
+    skip = set(filter(None, args.skip.split(",")))
+    phases = [("build", lambda: phase_build(state))]
+    if not args.build:
+        phases += [
+            ("tests", lambda: phase_tests(state)),
+            ("sanitize", lambda: phase_sanitize(state)),
+            ("time", lambda: phase_time(state, args.repeats)),
+            ("fused", lambda: phase_fused(state)),
+            ("tune", lambda: phase_tune(state)),
+        ]
+    failed = False
+    for name, fn in phases:
+        if name in skip:
+            state["phases"][name] = "skipped"
+            continue
+        t0 = time.perf_counter()
+        try:
+            fn()
+            state["phases"][name] = f"ok ({time.perf_counter() - t0:.0f} s)"
+        except Exception as exc:  # record and carry on: the summary shows every phase
+            failed = True
+            state["phases"][name] = f"FAILED: {str(exc).splitlines()[0][:200]}"
+            traceback.print_exc()
+    if not args.build:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        gpu = state["gpu"].split(",")[0].replace("NVIDIA ", "").replace(" ", "")
+        name = f"{state['date'][:10]}_{gpu}_{state['commit']}.json"
+        (RESULTS / name).write_text(json.dumps(state, indent=1) + "\n")
+        out = os.environ.get("OUT")
+        if out:
+            shutil.copy(RESULTS / name, Path(out) / name)
+            tun = ROOT / "grid_algorithms" / "inverse_dynamics.tuning.json"
+            if tun.exists():
+                shutil.copy(tun, Path(out) / tun.name)
+    print(summary(state))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""End-effector poses: the world pose of chosen frames.
+
+``world_T_frame = end_effector_pose(q, frames=None)``, shape ``(n_frames, 4, 4)``:
+for each chosen frame the homogeneous transform ``[[R, p], [0, 1]]``, ``p`` the
+frame origin in the world and ``R`` taking frame coordinates to world coordinates
+(Pinocchio's ``data.oMf[frame_id].homogeneous``).
+
+``frames`` names any frames of ``robot.frames`` (links, joints, fixed joints; a
+single name is one frame; a name shared by several frames means the first, as
+``robot.frame`` does, and a :class:`~grid_core.model.Frame` of ``robot.frames``
+may be given instead of its name); it is shared by the whole batch.  By default the
+frames are those of the leaf bodies, in the order of ``robot.leaf_bodies()``
+(see :func:`default_frames`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from grid_core import Algorithm, Port, hookimpl
+from grid_core.errors import InputError
+from grid_core.model import Frame, Robot
+from grid_core.review import ParallelismReview, not_applicable, todo
+
+from .forward_kinematics import pose_of
+
+
+def default_frames(robot: Robot) -> tuple[str, ...]:
+    """The frames chosen when ``frames`` is None: each leaf body's own link frame."""
+    return tuple(robot.bodies[i].name for i in robot.leaf_bodies())
+
+
+def resolve_frames(robot: Robot, frames, algorithm: str) -> tuple[Frame, ...]:
+    """The :class:`Frame` objects named by ``frames`` (an :class:`InputError` names a bad one)."""
+    if frames is None:
+        return tuple(
+            next(f for f in robot.frames if f.kind == "link" and f.name == name)
+            for name in default_frames(robot)
+        )
+    names = (frames,) if isinstance(frames, str) else frames
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise InputError(f"{algorithm}: argument 'frames' must be frame names, got {frames!r}") from None
+    out = []
+    for name in names:
+        if isinstance(name, Frame) and name in robot.frames:
+            out.append(name)
+            continue
+        if not isinstance(name, str):
+            raise InputError(f"{algorithm}: argument 'frames' must be frame names, got {name!r}")
+        try:
+            out.append(robot.frame(name))
+        except KeyError:
+            raise InputError(
+                f"{algorithm}: argument 'frames': robot '{robot.name}' has no frame '{name}' "
+                f"(its frames are its links and joints, e.g. {', '.join(f.name for f in robot.frames[:4])})"
+            ) from None
+    return tuple(out)
+
+
+def frame_poses(robot: Robot, world_T_body, frames) -> np.ndarray:
+    """``world_T_frame`` for each :class:`Frame`, given the bodies' world poses."""
+    out = np.empty((len(frames), 4, 4))
+    for k, f in enumerate(frames):
+        body_T_frame = pose_of(f.X)
+        out[k] = body_T_frame if f.body < 0 else world_T_body[f.body] @ body_T_frame
+    return out
+
+
+class EndEffectorPose(Algorithm):
+    name = "end_effector_pose"
+    summary = "world pose of chosen frames (default: the leaf bodies), (n_frames, 4, 4) homogeneous"
+    math = r"""
+:math:`{}^0T_f = {}^0T_{b(f)}\; {}^{b(f)}T_f`: the world pose of the frame's body (forward
+kinematics) composed with the frame's fixed placement in that body.
+"""
+    depends_on = ("forward_kinematics",)
+    review = ParallelismReview(
+        P1=not_applicable("no tree recursion of its own: the body poses come from "
+                          "forward_kinematics (see its review)"),
+        P2=todo("the frames are independent: one thread group per frame for the final product"),
+        P3=todo("only the bodies supporting a chosen frame are needed: restrict the forward "
+                "kinematics pass to their union, computed offline"),
+        P4=todo("bake each chosen frame's body index and its constant 3x4 placement (zeros folded) "
+                "as offline tables"),
+    )
+
+    def inputs(self, robot: Robot):
+        return (
+            Port("q", (robot.nq,), "joint configuration"),
+            Port("frames", (), "frame names (default: the leaf bodies' frames)", kind="option"),
+        )
+
+    def outputs(self, robot: Robot, frames=None, **options):
+        n = len(resolve_frames(robot, frames, self.name))
+        return (Port("world_T_frame", (n, 4, 4), "world pose of each chosen frame"),)
+
+    def reference(self, ctx, q, frames=None):
+        chosen = resolve_frames(ctx.robot, frames, self.name)
+        return frame_poses(ctx.robot, ctx.forward_kinematics(q), chosen)
+
+
+@hookimpl
+def grid_register_algorithms():
+    return [EndEffectorPose]

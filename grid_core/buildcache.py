@@ -1,0 +1,90 @@
+"""Content-hash build cache for compiled artefacts (host-emulated libraries now,
+GPU libraries for the runtime).
+
+An artefact is keyed by a sha256 of everything that affects it (sources,
+compiler command, generator version); it is built in a temporary directory
+beside the cache and renamed into place, so concurrent builders (pytest-xdist
+workers, several processes) never see a half-written file and leave one entry.
+A failed build raises :class:`BuildError` carrying the compiler's log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import BuildError
+
+ENV_CACHE = "GRID_CACHE_DIR"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get(ENV_CACHE)
+    if root:
+        path = Path(root)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        path = Path(base) / "grid"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def content_key(sources: dict[str, str], command: list[str], extra: dict | None = None) -> str:
+    from .composer import GENERATOR_VERSION
+
+    h = hashlib.sha256()
+    h.update(json.dumps({"command": command, "extra": extra or {}, "version": GENERATOR_VERSION},
+                        sort_keys=True).encode())
+    for name in sorted(sources):
+        h.update(name.encode() + b"\0" + sources[name].encode() + b"\0")
+    return h.hexdigest()
+
+
+def build(
+    label: str,
+    sources: dict[str, str],
+    command: list[str],
+    output: str,
+    *,
+    extra: dict | None = None,
+    quiet: bool = True,
+) -> tuple[Path, bool]:
+    """Build ``output`` from ``sources`` with ``command`` (run in the build directory;
+    ``{out}`` in it is replaced by the output file name).  Returns ``(path, cached)``."""
+    key = content_key(sources, command, extra)
+    suffix = Path(output).suffix
+    final = cache_dir() / f"{label}-{key[:20]}{suffix}"
+    if final.exists():
+        return final, True
+    t0 = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{label}-", dir=cache_dir()))
+    try:
+        for name, text in sources.items():
+            (tmp / name).write_text(text)
+        cmd = [c.replace("{out}", output) for c in command]
+        try:
+            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
+        except FileNotFoundError as exc:
+            raise BuildError(f"{label}: compiler not found: {cmd[0]} ({exc.strerror})") from None
+        if proc.returncode != 0 or not (tmp / output).exists():
+            log = (proc.stdout + proc.stderr).strip()
+            raise BuildError(
+                f"{label}: build failed (exit {proc.returncode}): {' '.join(cmd)}\n{log[-20000:]}"
+            )
+        os.replace(tmp / output, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not quiet:
+        print(f"grid: {label} {key[:7]} compiled in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return final, False
+
+
+def host_compiler() -> list[str]:
+    return [os.environ.get("CXX", "g++")]

@@ -1,0 +1,179 @@
+"""Robot-specialised spatial algebra for emitters: the steps every algorithm shares.
+
+Featherstone conventions (motion ``[w; u]``, force ``[n; f]``), as in
+:mod:`grid_core.model.spatial`, but emitted: every robot constant is folded into
+the code, so a product with a sparse placement or inertia costs only its
+non-zero terms.
+
+The only configuration-dependent part of a body transform is kept in the
+compact *XI* layout (pattern P4): ``(sin, cos)`` of a revolute joint, the
+displacement of a prismatic joint, and ``E`` (9) plus position (3) of a
+free-flyer.  :func:`xi_update` fills a body's slot from ``q``;
+:func:`body_transform` rebuilds ``X = XJ(q) Xtree`` as ``(E, r)`` scalars from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+
+from ..model import Body, JointType, Robot
+from ..model.spatial import skew, split_plux
+from .expr import ROTATION_TOL, Scalar, Scope, clean, cross, matTvec, matvec, render, sum_terms
+
+Index = Callable[[int], str]
+"""Maps an element index to the C++ expression of that array element."""
+
+
+@attrs.frozen
+class XiSlot:
+    body: int
+    offset: int
+    size: int
+    kind: str  # "revolute", "prismatic" or "free"
+
+
+def xi_layout(robot: Robot) -> tuple[XiSlot, ...]:
+    """The compact per-body layout of the configuration-dependent transform data."""
+    out, off = [], 0
+    for b in robot.bodies:
+        if b.jtype is JointType.FLOATING:
+            kind, size = "free", 12
+        elif b.jtype is JointType.PRISMATIC:
+            kind, size = "prismatic", 1
+        else:
+            kind, size = "revolute", 2
+        out.append(XiSlot(b.index, off, size, kind))
+        off += size
+    return tuple(out)
+
+
+def xi_size(robot: Robot) -> int:
+    return sum(s.size for s in xi_layout(robot))
+
+
+def joint_coordinate(body: Body, q: Index) -> Scalar:
+    """The body's own joint coordinate (mimic applied) as an expression."""
+    if body.mimic is not None:
+        return sum_terms([(body.mimic.multiplier, q(body.q_index))], body.mimic.offset)
+    return q(body.q_index)
+
+
+def joint_rate(body: Body, qd: Index) -> Scalar:
+    """The body's own joint velocity (or acceleration): a 1-dof joint's scalar rate."""
+    if body.mimic is not None:
+        return sum_terms([(body.mimic.multiplier, qd(body.v_index))])
+    return qd(body.v_index)
+
+
+def xi_update(scope: Scope, robot: Robot, body: Body, q: Index, xi: Index) -> None:
+    """Statements filling ``body``'s XI slot from the configuration ``q``."""
+    slot = xi_layout(robot)[body.index]
+    o = slot.offset
+    if slot.kind == "revolute":
+        angle = render(scope.let(joint_coordinate(body, q), "ang"))
+        scope.stmt(f"grid_sincos<T>({angle}, &{xi(o)}, &{xi(o + 1)})")
+    elif slot.kind == "prismatic":
+        scope.assign(xi(o), joint_coordinate(body, q))
+    else:
+        qi = body.q_index
+        x, y, z, w = (q(qi + 3 + k) for k in range(4))
+        inv = scope.let(f"T(1) / grid_sqrt<T>({x}*{x} + {y}*{y} + {z}*{z} + {w}*{w})", "qn")
+        x, y, z, w = (scope.let(f"{c}*{inv}", "qu") for c in (x, y, z, w))
+        R = [
+            [f"T(1) - T(2)*({y}*{y} + {z}*{z})", f"T(2)*({x}*{y} - {z}*{w})", f"T(2)*({x}*{z} + {y}*{w})"],
+            [f"T(2)*({x}*{y} + {z}*{w})", f"T(1) - T(2)*({x}*{x} + {z}*{z})", f"T(2)*({y}*{z} - {x}*{w})"],
+            [f"T(2)*({x}*{z} - {y}*{w})", f"T(2)*({y}*{z} + {x}*{w})", f"T(1) - T(2)*({x}*{x} + {y}*{y})"],
+        ]
+        scope.comment("E = R^T: world -> base coordinates; then the base position")
+        for r in range(3):
+            for c in range(3):
+                scope.assign(xi(o + 3 * r + c), R[c][r])
+        for k in range(3):
+            scope.assign(xi(o + 9 + k), q(qi + k))
+
+
+def _const3(M) -> list[list[float]]:
+    return [[clean(M[r][c], ROTATION_TOL) for c in range(3)] for r in range(3)]
+
+
+def body_transform(robot: Robot, body: Body, xi: Index) -> tuple[list[list[Scalar]], list[Scalar]]:
+    """``X = XJ(q) Xtree`` of ``body`` as ``(E, r)`` with constants folded."""
+    E_t, r_t = split_plux(np.asarray(body.Xtree))
+    slot = xi_layout(robot)[body.index]
+    o = slot.offset
+    if slot.kind == "free":
+        E = [[xi(o + 3 * r + c) for c in range(3)] for r in range(3)]
+        return E, [xi(o + 9 + k) for k in range(3)]
+    if slot.kind == "prismatic":
+        d = E_t.T @ np.asarray(body.axis)
+        r = [sum_terms([(clean(d[k], ROTATION_TOL), xi(o))], clean(r_t[k])) for k in range(3)]
+        return _const3(E_t), r
+    # revolute: E = R(a, -q) E_t = (I + K^2) E_t - c K^2 E_t - s K E_t
+    K = skew(body.axis)
+    A0, Ac, As = (np.eye(3) + K @ K) @ E_t, -(K @ K) @ E_t, -K @ E_t
+    s, c = xi(o), xi(o + 1)
+    rt = ROTATION_TOL
+    E = [
+        [sum_terms([(clean(Ac[i, j], rt), c), (clean(As[i, j], rt), s)], clean(A0[i, j], rt)) for j in range(3)]
+        for i in range(3)
+    ]
+    return E, [clean(x) for x in r_t]
+
+
+# -- motion and force algebra ------------------------------------------------------
+
+
+def x_motion(E, r, m: Sequence[Scalar]) -> list[Scalar]:
+    """``X m``: ``[E w; E (u - r x w)]``."""
+    w, u = m[:3], m[3:]
+    rxw = cross(r, w)
+    return matvec(E, w) + matvec(E, [sum_terms([(u[k],), (-1.0, rxw[k])]) for k in range(3)])
+
+
+def xt_force(E, r, f: Sequence[Scalar], scope: Scope | None = None) -> list[Scalar]:
+    """``X^T f``: ``[E^T n + r x (E^T f); E^T f]``."""
+    n_, fl = f[:3], f[3:]
+    Etf = matTvec(E, fl)
+    if scope is not None:
+        Etf = scope.let_all(Etf, "xf")
+    rx = cross(r, Etf)
+    Etn = matTvec(E, n_)
+    return [sum_terms([(Etn[k],), (rx[k],)]) for k in range(3)] + list(Etf)
+
+
+def cross_motion(v: Sequence[Scalar], m: Sequence[Scalar]) -> list[Scalar]:
+    """``v x m`` (crm): ``[w x mw; w x mu + u x mw]``."""
+    w, u = v[:3], v[3:]
+    a = cross(w, m[:3])
+    b1, b2 = cross(w, m[3:]), cross(u, m[:3])
+    return a + [sum_terms([(b1[k],), (b2[k],)]) for k in range(3)]
+
+
+def cross_force(v: Sequence[Scalar], f: Sequence[Scalar]) -> list[Scalar]:
+    """``v x* f`` (crf): ``[w x n + u x f; w x f]``."""
+    w, u = v[:3], v[3:]
+    a1, a2 = cross(w, f[:3]), cross(u, f[3:])
+    return [sum_terms([(a1[k],), (a2[k],)]) for k in range(3)] + cross(w, f[3:])
+
+
+def inertia_times(I: np.ndarray, m: Sequence[Scalar]) -> list[Scalar]:
+    """``I m`` for a constant spatial inertia (zeros folded)."""
+    return [sum_terms((clean(I[r, c]), m[c]) for c in range(6)) for r in range(6)]
+
+
+def motion_subspace_times(body: Body, rate: Scalar) -> list[Scalar]:
+    """``S qd`` for a 1-dof joint (revolute: ``[a; 0]``, prismatic: ``[0; a]``)."""
+    a = [clean(x, ROTATION_TOL) for x in body.axis]
+    zero = [0.0, 0.0, 0.0]
+    lin = [sum_terms([(a[k], rate)]) for k in range(3)]
+    return lin + zero if body.jtype is not JointType.PRISMATIC else zero + lin
+
+
+def subspace_transpose_times(body: Body, f: Sequence[Scalar]) -> Scalar:
+    """``S^T f`` for a 1-dof joint."""
+    a = [clean(x, ROTATION_TOL) for x in body.axis]
+    part = f[:3] if body.jtype is not JointType.PRISMATIC else f[3:]
+    return sum_terms(zip(a, part))

@@ -1,0 +1,81 @@
+"""``RobotHandle``: the generated kernels on the GPU behind the Reference's methods."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import numpy as np
+
+from .. import buildcache
+from ..backends import AbiBackend, load_abi
+from ..errors import BuildError
+from .cuda import cuda_arch, find_nvcc, nvcc_version, require_device
+
+
+def nvcc_command(nvcc: str, arch: str) -> list[str]:
+    """Machine code for this GPU only (the library is built where it runs), stripped."""
+    num = arch.split("_", 1)[-1]
+    return [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}", "-Xcompiler", "-fPIC",
+            "-shared", "-Xlinker", "--strip-all", "-o", "{out}", "abi.cu"]
+
+
+def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet: bool = False, **generate_options):
+    """Compile header + C ABI for ``arch`` (default: this machine's GPU); cached by content."""
+    from ..abi import abi_source
+    from ..composer import generate, resolve_algorithms
+
+    nvcc = find_nvcc()
+    arch = arch or cuda_arch()
+    header = generate(robot, algorithms, **generate_options)
+    ns = generate_options.get("namespace", "grid")
+    sources = {"grid.cuh": header, "abi.cu": abi_source(robot, algorithms, "grid.cuh", ns)}
+    names = ",".join(a.name for a in resolve_algorithms(algorithms))
+    label = f"gpu-{robot.name.replace('/', '_')}"
+    cmd = nvcc_command(nvcc, arch)
+    extra = {"nvcc": nvcc_version(nvcc), "arch": arch}
+    done = threading.Event()
+    t0 = time.perf_counter()
+
+    def progress():
+        # nvcc takes tens of seconds on big robots: say so while it runs
+        while not done.wait(5.0):
+            if not quiet:
+                print(f"grid: compiling {names}[{robot.name}] for {arch}... {time.perf_counter() - t0:.0f} s",
+                      file=sys.stderr, flush=True)
+
+    ticker = threading.Thread(target=progress, daemon=True)
+    ticker.start()
+    try:
+        path, cached = buildcache.build(label, sources, cmd, "libgrid.so", extra=extra)
+    except BuildError as exc:
+        raise BuildError(f"{names}[{robot.name}]: nvcc failed for {arch}: {exc}") from None
+    finally:
+        done.set()
+    if not quiet:
+        key = path.stem.rsplit("-", 1)[-1][:7]
+        status = "(cached)" if cached else f"compiled in {time.perf_counter() - t0:.1f} s"
+        print(f"grid: {names}[{robot.name}] {key} {status}", file=sys.stderr)
+    return path
+
+
+class RobotHandle(AbiBackend):
+    """The generated kernels on the GPU, with the same methods as ``Reference``.
+
+    numpy in -> numpy out (staged through reused device buffers).  ``layout``
+    (``auto``, ``block``, ``per_state``), ``tier`` and ``threads`` select the launch.
+    """
+
+    def __init__(self, robot, algorithms=None, dtype=np.float32, *, layout="auto", tier=0, threads=0, blocks=0,
+                 quiet: bool = False, **generate_options):
+        super().__init__(robot, algorithms, dtype, layout=layout, tier=tier, threads=threads, blocks=blocks)
+        require_device()
+        self.generate_options = generate_options
+        self._path = build_gpu_library(self.robot, algorithms, quiet=quiet, **generate_options)
+        self._handle = None
+
+    def _lib(self):
+        if self._handle is None:
+            self._handle = load_abi(self._path)
+        return self._handle

@@ -1,0 +1,43 @@
+"""The first-order algorithms: each its own plugin, each with its parallelism review."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from grid_core import algorithms, registry
+from grid_core.cli import main
+from grid_core.review import PATTERNS
+
+FIRST_ORDER = (
+    "crba",
+    "minv",
+    "aba",
+    "forward_dynamics",
+    "inverse_dynamics_gradient",
+    "forward_dynamics_gradient",
+    "forward_kinematics",
+    "end_effector_pose",
+    "end_effector_pose_gradient",
+)
+
+
+@pytest.mark.parametrize("name", FIRST_ORDER)
+def test_registered_by_its_own_entry_point(name):
+    reg = registry()
+    assert name in algorithms()
+    assert reg.origin[f"algorithm:{name}"] == name
+    assert reg.info_of("algorithm", name).module == f"grid_algorithms.{name}"
+
+
+@pytest.mark.parametrize("name", FIRST_ORDER)
+def test_grid_review_prints_the_plan(name):
+    result = CliRunner().invoke(main, ["review", name])
+    assert result.exit_code == 0, result.output
+    alg = algorithms()[name]
+    assert result.output.startswith(f"{name} (")
+    assert "not yet emitted" in result.output
+    for key, title in PATTERNS.items():
+        verdict = getattr(alg.review, key)
+        assert f"{key} {title}: {verdict.verdict.value}" in result.output
+        assert verdict.reason in result.output

@@ -1,0 +1,34 @@
+"""Shared fixtures of the code-generation tests: emulated builds, cached per process
+(and on disk by content hash, so pytest-xdist workers share them)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from conftest import load
+
+# The robots the generated inverse dynamics is proven on in CI: every bundled robot and
+# 9 example-robot-data robots (fixed arms, mimic joints, continuous joints, floating bases).
+CODEGEN_ROBOTS = [
+    "iiwa14", "hyq", "atlas", "go2", "g1",
+    "erd:panda", "erd:ur5_robot", "erd:double_pendulum_continuous", "erd:pr2", "erd:tiago_pro",
+    "erd:solo12", "erd:anymal_c_simple/anymal", "erd:talos_reduced", "erd:simple_humanoid",
+]
+
+
+@functools.lru_cache(maxsize=None)
+def emulated(name: str, spill: bool, dtype=np.float64):
+    from grid_core.testing import Emulated
+
+    opts = {"target_shared_mem_bytes": 0} if spill else {}
+    emu = Emulated(load(name), ["inverse_dynamics"], dtype, **opts)
+    emu._lib()
+    return emu
+
+
+@pytest.fixture
+def emulated_backend():
+    return emulated

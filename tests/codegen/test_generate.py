@@ -1,0 +1,82 @@
+"""The composer and `grid build`: determinism, options, the header's contract."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import load
+from grid_core.arena import Tier
+from grid_core.cli import main
+from grid_core.composer import GenerateOptions, generate, plan_arena
+from grid_core.errors import CodegenError
+from grid_core.hooks import registry
+
+
+def test_same_inputs_same_bytes():
+    robot = load("hyq")
+    assert generate(robot, ["inverse_dynamics"]) == generate(load("hyq"), ["inverse_dynamics"])
+
+
+def test_namespace_option():
+    text = generate(load("iiwa14"), ["inverse_dynamics"], namespace="kuka")
+    assert "namespace kuka {" in text and "namespace grid {" not in text
+    with pytest.raises(CodegenError, match="not a C\\+\\+ identifier"):
+        generate(load("iiwa14"), namespace="not valid")
+
+
+def test_reference_only_algorithm_is_refused():
+    names = [a for a, alg in registry().algorithms.items() if not alg.has_emitter()]
+    assert names, "expected at least one reference-only algorithm"
+    with pytest.raises(CodegenError, match="no GPU emitter yet"):
+        generate(load("iiwa14"), [names[0]])
+
+
+@pytest.mark.parametrize("name", ["iiwa14", "atlas", "g1"])
+def test_header_constants_match_the_robot_and_the_plan(name):
+    robot = load(name)
+    text = generate(robot, ["inverse_dynamics"])
+    assert f"static constexpr int NUM_POS = {robot.nq};" in text
+    assert f"static constexpr int NUM_VEL = {robot.nv};" in text
+    assert f"static constexpr int NUM_JOINTS = {robot.num_bodies};" in text
+    plan = plan_arena(registry().algorithm("inverse_dynamics"), robot, GenerateOptions())
+    # the per-tier size constants carry exactly the plan's element counts
+    body = re.search(r"constexpr size_t INVERSE_DYNAMICS_SMEM_BYTES\(\) \{\n\s+return size_t\((.*)\)", text).group(1)
+    for tier in Tier:
+        assert f"TIER == {tier.cpp} ? {plan.smem_elements(plan.rung(tier))} :" in body
+    for layer in ("inverse_dynamics_inner", "inverse_dynamics_device", "inverse_dynamics_kernel",
+                  "inverse_dynamics_per_state_kernel", "INVERSE_DYNAMICS_DEVICE_DYNAMIC_SHARED_MEM_BYTES",
+                  "init_grid_kernel_attr_inverse_dynamics_checked", "init_robotModel", "init_gridData",
+                  "close_grid", "load_update_XImats", "MAX_PERF_LEVEL_THREADS"):
+        assert layer in text, layer
+    assert "__host__ void inverse_dynamics(gridData<T> *hd_data" in text
+
+
+def test_forced_target_moves_every_tier_to_the_deepest_rung(monkeypatch):
+    robot = load("atlas")
+    alg = registry().algorithm("inverse_dynamics")
+    monkeypatch.setenv("GRID_CUDA_TARGET_SHARED_MEM_BYTES", "0")
+    plan = plan_arena(alg, robot, GenerateOptions())
+    assert set(plan.rung_of_tier.values()) == {len(plan.rungs) - 1}
+    text = generate(robot, ["inverse_dynamics"])
+    assert "inverse_dynamics_device<T, false, false>" in text
+
+
+def test_cli_build_writes_header_and_reports_time(tmp_path):
+    out = tmp_path / "grid.cuh"
+    res = CliRunner().invoke(main, ["build", "hyq", "-a", "inverse_dynamics", "--namespace", "hq", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert re.search(r"grid: wrote .* in \d+\.\d\d s", res.output)
+    assert "namespace hq {" in out.read_text()
+    again = tmp_path / "again.cuh"
+    CliRunner().invoke(main, ["build", "hyq", "-a", "inverse_dynamics", "--namespace", "hq", "-o", str(again)])
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_cli_floating_base_flag(tmp_path):
+    out = tmp_path / "g.cuh"
+    res = CliRunner().invoke(main, ["build", "iiwa14", "--floating-base", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "static constexpr int NUM_POS = 14;" in out.read_text()
