@@ -7,6 +7,7 @@
 #   bash benchmarks/gpu_check.sh --build    # only compile (works without a GPU; nvcc needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# the package (and its entry points) from this tree; no network needed
-python3 -c "import grid_core" 2>/dev/null || python3 -m pip install -q --no-deps --no-build-isolation -e .
+# the package and its entry points (every plugin arrives through them), from this tree, offline
+python3 -c "import importlib.metadata as m; m.distribution('grid-rbd')" 2>/dev/null \
+    || python3 -m pip install -q --no-deps --no-build-isolation -e . --root-user-action=ignore
 exec python3 benchmarks/gpu_check.py "$@"

@@ -429,7 +429,8 @@ class InverseDynamicsEmitter(Emitter):
             ),
         )
         kernel = n.Function(
-            "__global__ void __launch_bounds__(INVERSE_DYNAMICS_PER_STATE_THREADS) inverse_dynamics_per_state_kernel("
+            "__global__ void __launch_bounds__(INVERSE_DYNAMICS_PER_STATE_THREADS, INVERSE_DYNAMICS_PER_STATE_MIN_BLOCKS) "
+            "inverse_dynamics_per_state_kernel("
             "T *d_tau, const T *d_q, const int stride_q, const T *d_qd, const int stride_qd, const T *d_qdd, "
             "const int stride_qdd, const T *d_f_ext, const Gravity<T> gravity, const int num_timesteps)",
             [
@@ -604,6 +605,11 @@ class InverseDynamicsEmitter(Emitter):
             )
         ]
 
+    def min_blocks(self, ctx: EmitContext) -> int:
+        if ctx.options.per_state_min_blocks:
+            return int(ctx.options.per_state_min_blocks)
+        return int(ctx.tuning.get("per_state_min_blocks", 1))
+
     def emit(self, ctx: EmitContext) -> list:
         min_n = int(ctx.tuning.get("per_state_min_n", self.DEFAULT_PER_STATE_MIN_N))
         source = "measured on the GPU" if "per_state_min_n" in ctx.tuning else "default, not yet measured"
@@ -612,6 +618,8 @@ class InverseDynamicsEmitter(Emitter):
             n.Comment(f"Batches of at least this many states use the per-state layout ({source})."),
             n.Stmt(f"static constexpr int INVERSE_DYNAMICS_PER_STATE_MIN_N = {min_n}"),
             n.Stmt(f"static constexpr int INVERSE_DYNAMICS_PER_STATE_THREADS = {self.PER_STATE_THREADS}"),
+            n.Comment("Blocks per SM the per-state kernel's registers must allow (occupancy vs registers)."),
+            n.Stmt(f"static constexpr int INVERSE_DYNAMICS_PER_STATE_MIN_BLOCKS = {self.min_blocks(ctx)}"),
             n.Blank(),
             *self.inner(ctx),
             n.Blank(),

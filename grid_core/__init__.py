@@ -16,6 +16,8 @@ from .hooks import algorithms, registry  # noqa: E402
 from .loader import RobotLoader, load_robot  # noqa: E402
 from .model import Robot  # noqa: E402
 from .reference import Reference  # noqa: E402
+from .runtime import RobotHandle  # noqa: E402
+from .composer import generate  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -24,9 +26,11 @@ __all__ = [
     "Port",
     "Reference",
     "Robot",
+    "RobotHandle",
     "RobotLoader",
     "algorithms",
     "errors",
+    "generate",
     "hookimpl",
     "load_robot",
     "registry",

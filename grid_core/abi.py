@@ -58,11 +58,13 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
     lines = [
         "// Generated C ABI over a GRiD header (grid_core.abi); do not edit.",
         f'#include "{header_name}"',
+        "#include <map>",
         "#include <mutex>",
+        "#include <vector>",
         "",
         "namespace {",
+        "// Global workspace for spilled tiers, one per stream (concurrent launches never share one).",
         "template <typename T> struct Workspace {",
-        "    std::mutex lock;",
         "    T *ptr = nullptr;",
         "    size_t bytes = 0;",
         "    cudaError_t ensure(size_t need) {",
@@ -74,8 +76,49 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "        return err;",
         "    }",
         "};",
-        "template <typename T> Workspace<T> &workspace() { static Workspace<T> ws; return ws; }",
+        "std::mutex workspace_lock;",
+        "// Fill outputs with NaN (all bits set) before each host-path launch: tests see unwritten elements.",
+        "int poison_outputs = 0;",
+        "template <typename T> Workspace<T> &workspace(void *stream) {",
+        "    static std::map<void *, Workspace<T>> per_stream;",
+        "    return per_stream[stream];",
+        "}",
+        "",
+        "// Host-path staging: reused device buffers and pinned host buffers, one set per entry point.",
+        "struct Buffer { void *device = nullptr; void *pinned = nullptr; size_t bytes = 0; };",
+        "struct Staging {",
+        "    std::mutex lock;",
+        "    cudaStream_t stream = nullptr;",
+        "    bool has_stream = false;",
+        "    std::vector<Buffer> buffers;",
+        "    cudaError_t ensure(size_t index, size_t bytes) {",
+        "        if (!has_stream) {",
+        "            cudaError_t err = cudaStreamCreate(&stream);",
+        "            if (err != cudaSuccess) return err;",
+        "            has_stream = true;",
+        "        }",
+        "        if (buffers.size() <= index) buffers.resize(index + 1);",
+        "        Buffer &b = buffers[index];",
+        "        if (bytes <= b.bytes) return cudaSuccess;",
+        "        if (b.device) cudaFree(b.device);",
+        "        if (b.pinned) cudaFreeHost(b.pinned);",
+        "        b.device = b.pinned = nullptr;",
+        "        b.bytes = 0;",
+        "        cudaError_t err = cudaMalloc(&b.device, bytes);",
+        "        if (err == cudaSuccess) err = cudaMallocHost(&b.pinned, bytes);",
+        "        if (err == cudaSuccess) b.bytes = bytes;",
+        "        return err;",
+        "    }",
+        "};",
         "}  // namespace",
+        "",
+        "#define GRID_ABI_TRY(expr) do { cudaError_t e_ = (expr); if (e_ != cudaSuccess) return int(e_); } while (0)",
+        "// Host-path return code for a NaN or inf in state input k (k counted from 0).",
+        "#define GRID_ABI_NONFINITE_INPUT (-1000)",
+        "template <typename T> bool all_finite(const T *x, size_t n) {",
+        "    for (size_t i = 0; i < n; ++i) if (!std::isfinite(x[i])) return false;",
+        "    return true;",
+        "}",
         "",
         'extern "C" {',
         "",
@@ -106,27 +149,98 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "",
         "const char *grid_abi_error_string(int err) { return cudaGetErrorString(cudaError_t(err)); }",
         "",
+        "void grid_abi_set_poison(int on) { poison_outputs = on; }",
+        "",
     ]
     for fn in abi_functions(robot, algorithms):
         T = DTYPES[fn.dtype]
+        ports = list(fn.outputs) + list(fn.inputs) + list(fn.params)
         args = [f"{T} *{p.name}" for p in fn.outputs]
         args += [f"const {T} *{p.name}" for p in fn.inputs]
         args += [f"const {T} *{p.name}" for p in fn.params]
-        args += ["int num_timesteps", "int layout", "int tier", "int threads", "int blocks", "void *stream"]
-        call = [p.name for p in fn.outputs] + [p.name for p in fn.inputs] + [p.name for p in fn.params]
-        lines += [
-            f"int {fn.symbol}({', '.join(args)}) {{",
+        tail = ["int num_timesteps", "int layout", "int tier", "int threads", "int blocks"]
+        call = [p.name for p in ports]
+        cfg = [
             f"    {ns}::LaunchConfig cfg;",
             "    cfg.layout = layout; cfg.tier = tier; cfg.threads = threads; cfg.blocks = blocks;",
+        ]
+        launch = (f"{ns}::{fn.algorithm}_launch<{T}>({{args}}, num_timesteps, cfg, ws.ptr, ws.bytes, "
+                  "static_cast<cudaStream_t>(stream))")
+        lines += [
+            f"// {fn.algorithm}: device pointers, asynchronous on `stream`.",
+            f"int {fn.symbol}({', '.join(args + tail + ['void *stream'])}) {{",
+            *cfg,
             f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
-            f"    Workspace<{T}> &ws = workspace<{T}>();",
-            "    std::lock_guard<std::mutex> guard(ws.lock);",
-            "    cudaError_t err = ws.ensure(need);",
-            "    if (err != cudaSuccess) return int(err);",
-            f"    return int({ns}::{fn.algorithm}_launch<{T}>({', '.join(call)}, num_timesteps, cfg, ws.ptr, ws.bytes, "
-            "static_cast<cudaStream_t>(stream)));",
+            "    std::lock_guard<std::mutex> guard(workspace_lock);",
+            f"    Workspace<{T}> &ws = workspace<{T}>(stream);",
+            "    GRID_ABI_TRY(ws.ensure(need));",
+            f"    return int({launch.format(args=', '.join(call))});",
             "}",
             "",
         ]
+        # the host path: one call stages every array through reused pinned and device buffers,
+        # all inputs in one transfer and all outputs in one
+        def elems_of(p):
+            e = 1
+            for d in p.shape:
+                e *= int(d)
+            return e
+
+        body = [
+            f"// {fn.algorithm}: host pointers; staged through pinned buffers (one copy each way), synchronous.",
+            f"int {fn.symbol}_host({', '.join(args + tail)}) {{",
+            "    static Staging staging;",
+            "    std::lock_guard<std::mutex> guard(staging.lock);",
+            "    const size_t n = size_t(num_timesteps);",
+            "    // 256-byte aligned slices of one input and one output buffer",
+            "    auto slice = [](size_t bytes) { return (bytes + 255) / 256 * 256; };",
+        ]
+        out_sizes = [f"n * {elems_of(p)} * sizeof({T})" for p in fn.outputs]
+        in_sizes = [f"n * {elems_of(p)} * sizeof({T})" for p in fn.inputs]
+        body.append("    size_t out_bytes = 0, in_bytes = 0;")
+        for i, (p, size) in enumerate(zip(fn.outputs, out_sizes)):
+            body.append(f"    const size_t o_{p.name} = out_bytes; out_bytes += slice({size});")
+        for p, size in zip(fn.inputs, in_sizes):
+            body.append(f"    const size_t i_{p.name} = in_bytes; if ({p.name} != nullptr) in_bytes += slice({size});")
+        body += [
+            "    GRID_ABI_TRY(staging.ensure(0, out_bytes));",
+            "    GRID_ABI_TRY(staging.ensure(1, in_bytes > 0 ? in_bytes : 256));",
+            "    char *h_out = static_cast<char *>(staging.buffers[0].pinned);",
+            "    char *d_out = static_cast<char *>(staging.buffers[0].device);",
+            "    char *h_in = static_cast<char *>(staging.buffers[1].pinned);",
+            "    char *d_in = static_cast<char *>(staging.buffers[1].device);",
+        ]
+        dev = [f"reinterpret_cast<{T} *>(d_out + o_{p.name})" for p in fn.outputs]
+        for k, (p, size) in enumerate(zip(fn.inputs, in_sizes)):
+            body += [
+                f"    const {T} *d_{p.name} = nullptr;",
+                f"    if ({p.name} != nullptr) {{",
+                f"        if (!all_finite({p.name}, n * {elems_of(p)})) return GRID_ABI_NONFINITE_INPUT + {k};",
+                f"        std::memcpy(h_in + i_{p.name}, {p.name}, {size});",
+                f"        d_{p.name} = reinterpret_cast<const {T} *>(d_in + i_{p.name});",
+                "    }",
+            ]
+            dev.append(f"d_{p.name}")
+        dev += [p.name for p in fn.params]
+        body += [
+            "    if (in_bytes > 0)",
+            "        GRID_ABI_TRY(cudaMemcpyAsync(d_in, h_in, in_bytes, cudaMemcpyHostToDevice, staging.stream));",
+            "    if (poison_outputs) GRID_ABI_TRY(cudaMemsetAsync(d_out, 0xff, out_bytes, staging.stream));",
+            "    void *stream = staging.stream;",
+            *cfg,
+            f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
+            "    {",
+            "        std::lock_guard<std::mutex> wguard(workspace_lock);",
+            f"        Workspace<{T}> &ws = workspace<{T}>(stream);",
+            "        GRID_ABI_TRY(ws.ensure(need));",
+            f"        GRID_ABI_TRY({launch.format(args=', '.join(dev))});",
+            "    }",
+            "    GRID_ABI_TRY(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, staging.stream));",
+            "    GRID_ABI_TRY(cudaStreamSynchronize(staging.stream));",
+        ]
+        for p, size in zip(fn.outputs, out_sizes):
+            body.append(f"    std::memcpy({p.name}, h_out + o_{p.name}, {size});")
+        body += ["    return 0;", "}", ""]
+        lines += body
     lines += ['}  // extern "C"', ""]
     return "\n".join(lines)

@@ -12,9 +12,34 @@ import ctypes
 
 import numpy as np
 
-from .errors import GridError
+from .errors import GridError, InputError
 
 LAYOUTS = {"auto": 0, "block": 1, "per_state": 2}
+NONFINITE_INPUT = -1000  # GRID_ABI_NONFINITE_INPUT of grid_core.abi
+
+
+def is_device_array(x) -> bool:
+    from .runtime.arrays import is_device_array as check
+
+    return check(x)
+
+
+def _outputs(out, ports, n, batch, dtype) -> list[np.ndarray]:
+    """Output arrays: the caller's ``out=`` (checked) or fresh ones."""
+    shapes = [(n, *p.shape) if batch is not None else (1, *p.shape) for p in ports]
+    if out is None:
+        return [np.empty(s, dtype=dtype) for s in shapes]
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(outs) != len(ports):
+        raise InputError(f"out= needs {len(ports)} array(s)")
+    checked = []
+    for o, s, p in zip(outs, shapes, ports):
+        want = s if batch is not None else s[1:]
+        if not (isinstance(o, np.ndarray) and o.dtype == dtype and o.shape == tuple(want) and o.flags.c_contiguous):
+            raise InputError(f"out= for '{p.name}' must be a C-contiguous {np.dtype(dtype).name} array of shape "
+                             f"{tuple(want)}")
+        checked.append(o.reshape(s))
+    return checked
 
 
 def load_abi(path) -> ctypes.CDLL:
@@ -25,6 +50,7 @@ def load_abi(path) -> ctypes.CDLL:
     lib.grid_abi_malloc.argtypes = [ctypes.c_size_t]
     lib.grid_abi_free.argtypes = [ctypes.c_void_p]
     lib.grid_abi_memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    lib.grid_abi_set_poison.argtypes = [ctypes.c_int]
     return lib
 
 
@@ -47,7 +73,8 @@ class AbiBackend:
     def with_launch(self, **kw):
         """The same build with another launch configuration (layout, tier, threads, blocks)."""
         other = type(self).__new__(type(self))
-        other.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_buffers"})
+        other.__dict__.update({k: v for k, v in self.__dict__.items()
+                               if k not in ("_per_algorithm", "_methods", "_launch_cache")})
         for k, v in kw.items():
             if k not in ("layout", "tier", "threads", "blocks"):
                 raise TypeError(f"unknown launch setting '{k}'")
@@ -65,19 +92,32 @@ class AbiBackend:
 
         return [a.name for a in resolve_algorithms(self.algorithms)]
 
-    def _device_buffer(self, key: str, nbytes: int) -> int:
-        """A device buffer for ``key`` of at least ``nbytes`` (reused across calls)."""
-        buffers = self.__dict__.setdefault("_buffers", {})
-        ptr, size = buffers.get(key, (None, 0))
-        if ptr is None or size < nbytes:
-            lib = self._lib()
-            if ptr is not None:
-                lib.grid_abi_free(ctypes.c_void_p(ptr))
-            ptr = lib.grid_abi_malloc(ctypes.c_size_t(max(nbytes, 1)))
-            if not ptr:
-                raise GridError(f"cannot allocate {nbytes} bytes of device memory")
-            buffers[key] = (ptr, nbytes)
-        return ptr
+    def configure(self, algorithm: str | None = None, **launch) -> None:
+        """Set the launch (layout, tier, threads, blocks) of one algorithm, or the default."""
+        for k in launch:
+            if k not in ("layout", "tier", "threads", "blocks"):
+                raise TypeError(f"unknown launch setting '{k}'")
+        if "layout" in launch and launch["layout"] not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}")
+        if algorithm is None:
+            for k, v in launch.items():
+                setattr(self, k, v)
+        else:
+            self.__dict__.setdefault("_per_algorithm", {}).setdefault(algorithm, {}).update(launch)
+        self.__dict__.pop("_launch_cache", None)
+
+    def _launch_of(self, name: str) -> tuple[int, int, int, int]:
+        key = (name, self.layout, self.tier, self.threads, self.blocks)
+        cache = self.__dict__.setdefault("_launch_cache", {})
+        if key not in cache:
+            cfg = {"layout": self.layout, "tier": self.tier, "threads": self.threads, "blocks": self.blocks}
+            cfg.update(self.__dict__.get("_per_algorithm", {}).get(name, {}))
+            cache[key] = (LAYOUTS[cfg["layout"]], int(cfg["tier"]), int(cfg["threads"]), int(cfg["blocks"]))
+        return cache[key]
+
+    def set_poison(self, on: bool = True) -> None:
+        """Fill outputs with NaN before every numpy-path launch (tests: unwritten elements fail)."""
+        self._lib().grid_abi_set_poison(1 if on else 0)
 
     def _check(self, err: int, what: str) -> None:
         if err != 0:
@@ -87,64 +127,203 @@ class AbiBackend:
                 f"(layout {self.layout}, tier {self.tier}, threads {self.threads}, blocks {self.blocks})"
             )
 
-    def _call(self, alg, args, kwargs):
-        """numpy in: staged through reused device buffers (host memory under emulation)."""
-        from .reference import bind_inputs
+    def _ports(self, alg):
+        cache = self.__dict__.setdefault("_port_cache", {})
+        if alg.name not in cache:
+            cache[alg.name] = (tuple(alg.inputs(self.robot)), tuple(alg.outputs(self.robot)))
+        return cache[alg.name]
 
-        bound, batch = bind_inputs(alg, self.robot, args, kwargs)
+    def _call(self, alg, args, kwargs):
+        out = kwargs.pop("out", None)
+        for x in (*args, *kwargs.values()):
+            if type(x) is not np.ndarray and x is not None and is_device_array(x):
+                return self._call_device(alg, args, kwargs, out)
+        return self._call_host(alg, args, kwargs, out)
+
+    def _host_plan(self, alg):
+        """Per-algorithm call plan of the numpy path, built once: ports, defaults, the C entry."""
+        plans = self.__dict__.setdefault("_host_plans", {})
+        plan = plans.get(alg.name)
+        if plan is None:
+            ins, outs = self._ports(alg)
+            fn = getattr(self._lib(), f"grid_abi_{alg.name}_{self._suffix()}_host")
+            nargs = len(outs) + sum(1 for p in ins if p.kind in ("state", "param"))
+            fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int] * 5
+            defaults = {p.name: np.ascontiguousarray(p.default, dtype=self.dtype)
+                        for p in ins if p.kind == "param" and p.default is not None}
+            plan = (ins, outs, fn, defaults, [p.name for p in ins])
+            plans[alg.name] = plan
+        return plan
+
+    def _call_host(self, alg, args, kwargs, out):
+        """numpy in -> numpy out: one ABI call stages everything through pinned buffers.
+
+        Fast path for numpy float arrays of the right shapes; anything else goes through
+        the Reference's full validation and conversion first."""
+        ins, outs_p, fn, defaults, names = self._host_plan(alg)
+        if len(args) > len(names) or any(k not in names for k in kwargs):
+            from .reference import bind_inputs
+
+            bind_inputs(alg, self.robot, args, kwargs)  # raises the InputError naming the argument
+        given = dict(zip(names, args))
+        given.update(kwargs)
+        batch = None
+        arrays_in = []
+        fast = True
+        for p in ins:
+            if p.kind != "state":
+                continue
+            x = given.get(p.name)
+            if x is None:
+                if not p.optional:
+                    fast = False
+                    break
+                arrays_in.append(None)
+                continue
+            if type(x) is not np.ndarray or x.dtype.kind != "f":
+                fast = False
+                break
+            if x.shape == p.shape:
+                nb = None
+            elif x.ndim == len(p.shape) + 1 and x.shape[1:] == p.shape:
+                nb = x.shape[0]
+            else:
+                fast = False
+                break
+            if nb is not None:
+                if batch is not None and nb != batch:
+                    fast = False
+                    break
+                batch = nb
+            elif batch is not None:
+                fast = False
+                break
+            arrays_in.append(x)
+        if fast and batch is not None and any(x is not None and x.ndim == len(p.shape)
+                                              for x, p in zip(arrays_in, [q for q in ins if q.kind == "state"])):
+            fast = False
+        if not fast:
+            from .reference import bind_inputs
+
+            bound, batch = bind_inputs(alg, self.robot, args, kwargs)
+            arrays_in = [bound[p.name] for p in ins if p.kind == "state"]
         n = 1 if batch is None else batch
-        lib = self._lib()
-        outs = [np.full((n, *p.shape), np.nan, dtype=self.dtype) for p in alg.outputs(self.robot)]
-        cargs: list = []
-        for o, p in zip(outs, alg.outputs(self.robot)):
-            ptr = self._device_buffer(f"out:{p.name}", o.nbytes)
-            self._check(lib.grid_abi_memcpy(ctypes.c_void_p(ptr), o.ctypes.data_as(ctypes.c_void_p),
-                                            ctypes.c_size_t(o.nbytes), 1), "poisoning outputs")
-            cargs.append(ctypes.c_void_p(ptr))
-        for p in alg.inputs(self.robot):
+        outs = _outputs(out, outs_p, n, batch, self.dtype)
+        cargs = [o.ctypes.data for o in outs]
+        keep = []
+        states = iter(arrays_in)
+        for p in ins:
             if p.kind == "state":
-                x = bound[p.name]
+                x = next(states)
                 if x is None:
-                    cargs.append(ctypes.c_void_p(None))
+                    cargs.append(None)
                     continue
-                a = np.ascontiguousarray(np.broadcast_to(x, (n, *p.shape)), dtype=self.dtype)
-                ptr = self._device_buffer(f"in:{p.name}", a.nbytes)
-                self._check(lib.grid_abi_memcpy(ctypes.c_void_p(ptr), a.ctypes.data_as(ctypes.c_void_p),
-                                                ctypes.c_size_t(a.nbytes), 1), "copying inputs")
-                cargs.append(ctypes.c_void_p(ptr))
+                if x.shape == p.shape:
+                    x = x[None]
+                a = x if (x.dtype == self.dtype and x.flags.c_contiguous) else \
+                    np.ascontiguousarray(np.broadcast_to(x, (n, *p.shape)), dtype=self.dtype)
             elif p.kind == "param":
-                a = np.ascontiguousarray(bound[p.name], dtype=self.dtype)
-                self.__dict__.setdefault("_keep", []).append(a)
-                cargs.append(a.ctypes.data_as(ctypes.c_void_p))
-        fn = getattr(lib, f"grid_abi_{alg.name}_{self._suffix()}")
-        err = fn(*cargs, n, LAYOUTS[self.layout], self.tier, self.threads, self.blocks, None)
-        if err == 0:
-            err = lib.grid_abi_synchronize()
+                x = given.get(p.name)
+                a = defaults[p.name] if x is None else np.ascontiguousarray(x, dtype=self.dtype)
+                if a.shape != p.shape or not np.isfinite(a).all():
+                    raise InputError(f"{alg.name}: argument '{p.name}' must be finite with shape {p.shape}")
+            else:
+                continue
+            keep.append(a)
+            cargs.append(a.ctypes.data)
+        err = fn(*cargs, n, *self._launch_of(alg.name))
+        if err <= NONFINITE_INPUT:  # the library found NaN/inf while staging: name the argument
+            from .reference import bind_inputs
+
+            bind_inputs(alg, self.robot, args, kwargs)
+            raise InputError(f"{alg.name}: a state input contains NaN or inf")
         self._check(err, f"{alg.name} launch")
-        for o, c in zip(outs, cargs):
-            self._check(lib.grid_abi_memcpy(o.ctypes.data_as(ctypes.c_void_p), c, ctypes.c_size_t(o.nbytes), 0),
-                        "copying outputs")
-        self.__dict__.pop("_keep", None)
-        outs = [o.astype(np.float64) if batch is not None else o[0].astype(np.float64) for o in outs]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        if out is not None:
+            return out
+        result = [o if batch is not None else o[0] for o in outs]
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def _call_device(self, alg, args, kwargs, out):
+        """CUDA arrays in -> the same kind out, on the framework's current stream, no host copy.
+
+        Shapes and dtypes are checked (a dtype other than the handle's is converted on the
+        device); values are not scanned for NaN, which would cost a device reduction."""
+        from .runtime import arrays
+
+        ins, outs_p = self._ports(alg)
+        names = [p.name for p in ins]
+        if len(args) > len(names):
+            raise InputError(f"{alg.name}: takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise InputError(f"{alg.name}: unexpected argument '{k}' (takes {', '.join(names)})")
+            given[k] = v
+        batch, like = None, None
+        states, params = [], []
+        for p in ins:
+            x = given.get(p.name, p.default)
+            if p.kind == "param":
+                a = np.ascontiguousarray(np.asarray(x, dtype=self.dtype).reshape(p.shape))
+                params.append(a)
+                continue
+            if p.kind != "state":
+                continue
+            if x is None:
+                if not p.optional:
+                    raise InputError(f"{alg.name}: argument '{p.name}' is required")
+                states.append(None)
+                continue
+            if not arrays.is_device_array(x):
+                raise InputError(f"{alg.name}: argument '{p.name}' is on the host while others are CUDA arrays; "
+                                 "pass every array on the same side")
+            d = arrays.wrap(p.name, x, self.dtype)
+            if len(d.shape) == len(p.shape) + 1 and d.shape[1:] == p.shape:
+                if batch is not None and d.shape[0] != batch:
+                    raise InputError(f"{alg.name}: argument '{p.name}' has batch size {d.shape[0]}, others {batch}")
+                batch = d.shape[0]
+            elif d.shape != p.shape:
+                raise InputError(f"{alg.name}: argument '{p.name}' has shape {d.shape}, expected {p.shape} "
+                                 f"or (N, {', '.join(map(str, p.shape))})")
+            like = like or d
+            states.append((p, d))
+        if any(s is not None and batch is not None and s[1].shape == s[0].shape for s in states):
+            raise InputError(f"{alg.name}: mix of batched and single-state CUDA inputs (batch them all)")
+        n = 1 if batch is None else batch
+        shapes = [(n, *p.shape) if batch is not None else p.shape for p in outs_p]
+        if out is not None:
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            if len(outs) != len(outs_p):
+                raise InputError(f"{alg.name}: out= needs {len(outs_p)} array(s)")
+            wrapped = []
+            for o, shape in zip(outs, shapes):
+                d = arrays.wrap("out", o, self.dtype)
+                if d.ptr != arrays.raw_ptr(o) or d.shape != tuple(shape):
+                    raise InputError(f"{alg.name}: out= must be a contiguous {np.dtype(self.dtype).name} CUDA array "
+                                     f"of shape {shape}")
+                wrapped.append(d)
+        else:
+            wrapped = [arrays.empty(like, shape, self.dtype) for shape in shapes]
+        c_args = [ctypes.c_void_p(d.ptr) for d in wrapped]
+        c_args += [ctypes.c_void_p(None) if s is None else ctypes.c_void_p(s[1].ptr) for s in states]
+        c_args += [a.ctypes.data_as(ctypes.c_void_p) for a in params]
+        fn = getattr(self._lib(), f"grid_abi_{alg.name}_{self._suffix()}")
+        err = fn(*c_args, n, *self._launch_of(alg.name), ctypes.c_void_p(arrays.stream_of(like)))
+        if err == 0 and like.framework == "jax":
+            err = self._lib().grid_abi_synchronize()
+        self._check(err, f"{alg.name} launch")
+        result = [arrays.finish(d) for d in wrapped]
+        return result[0] if len(result) == 1 else tuple(result)
 
     def close(self) -> None:
-        """Free the device buffers (also done when the backend is collected)."""
-        buffers = self.__dict__.pop("_buffers", {})
-        handle = self.__dict__.get("_handle")
-        if handle is not None:
-            for ptr, _ in buffers.values():
-                handle.grid_abi_free(ctypes.c_void_p(ptr))
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: nothing to report to
-            pass
+        """Kept for symmetry: the library owns its buffers for the life of the process."""
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
+        method = self.__dict__.get("_methods", {}).get(name)
+        if method is not None:
+            return method
         from .hooks import registry
 
         algs = registry().algorithms
@@ -153,7 +332,14 @@ class AbiBackend:
                 f"{type(self).__name__} has no algorithm '{name}' (built: {', '.join(self._emitted())})"
             )
         alg = algs[name]
-        return lambda *args, **kwargs: self._call(alg, args, kwargs)
+
+        def method(*args, **kwargs):
+            return self._call(alg, args, kwargs)
+
+        method.__name__ = name
+        method.__doc__ = alg.summary
+        self.__dict__.setdefault("_methods", {})[name] = method
+        return method
 
 
 class Emulated(AbiBackend):

@@ -42,6 +42,9 @@ class GenerateOptions:
     ``bodies`` (one body per step), or ``auto`` (the measured winner per robot)."""
     tuning: bool = True
     """Use the measured per-robot tuning (crossovers, P1 winner) baked into plugins."""
+    per_state_min_blocks: int = 0
+    """Minimum resident blocks per SM asked of per-state kernels (their launch bounds):
+    trades registers for occupancy. 0: the measured choice per robot, else 1."""
 
     def __attrs_post_init__(self):
         if not self.namespace.isidentifier():

@@ -20,15 +20,24 @@ CODEGEN_ROBOTS = [
 
 
 @functools.lru_cache(maxsize=None)
-def emulated(name: str, spill: bool, dtype=np.float64):
-    from grid_core.testing import Emulated
-
+def backend(kind: str, name: str, spill: bool, dtype=np.float64):
+    """The generated inverse dynamics of robot ``name`` behind the Reference's methods:
+    ``emulated`` (host C++, CI) or ``gpu`` (RobotHandle, a CUDA device)."""
     opts = {"target_shared_mem_bytes": 0} if spill else {}
-    emu = Emulated(load(name), ["inverse_dynamics"], dtype, **opts)
-    emu._lib()
-    return emu
+    if kind == "gpu":
+        from grid_core.runtime import RobotHandle
+
+        handle = RobotHandle(load(name), ["inverse_dynamics"], dtype, quiet=True, **opts)
+    else:
+        from grid_core.testing import Emulated
+
+        handle = Emulated(load(name), ["inverse_dynamics"], dtype, **opts)
+    handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
+    return handle
 
 
-@pytest.fixture
-def emulated_backend():
-    return emulated
+def emulated(name: str, spill: bool, dtype=np.float64):
+    return backend("emulated", name, spill, dtype)
+
+
+BACKENDS = [pytest.param("emulated", id="emulated"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]

@@ -1,4 +1,5 @@
-"""Generated inverse dynamics, executed through host emulation, equals the reference.
+"""Generated inverse dynamics equals the reference, on every backend of the generated
+code: host emulation (CI) and the GPU (RobotHandle, under the `gpu` marker).
 
 Every bundled robot and 9 example-robot-data robots (fixed and floating, mimic and
 continuous joints); float64 at rel 1e-9 and float32 at rel 1e-4; with and without
@@ -15,7 +16,7 @@ from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
 
-from .conftest import CODEGEN_ROBOTS, emulated
+from .conftest import BACKENDS, CODEGEN_ROBOTS, backend, emulated
 
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 N = 6
@@ -30,11 +31,12 @@ def _cases(robot, rng):
 
 @pytest.mark.parametrize("spill", [False, True], ids=["rung0", "deepest-rung"])
 @pytest.mark.parametrize("name", CODEGEN_ROBOTS)
-def test_emulated_equals_reference(name, spill, rng):
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_generated_equals_reference(kind, name, spill, rng):
     robot = load(name)
     (q, qd, qdd, f_ext), expected, expected_f = _cases(robot, rng)
     for dtype in (np.float64, np.float32):
-        emu = emulated(name, spill, dtype)
+        emu = backend(kind, name, spill, dtype)
         for layout in ("block", "per_state"):
             tiers = (0, 1, 2) if layout == "block" else (0,)
             for tier in tiers:
@@ -45,12 +47,13 @@ def test_emulated_equals_reference(name, spill, rng):
 
 
 @pytest.mark.parametrize("name", ["iiwa14", "g1", "erd:pr2"])
-def test_single_state_and_gravity_and_auto_layout(name, rng):
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_single_state_and_gravity_and_auto_layout(kind, name, rng):
     robot = load(name)
     ref = Reference(robot)
     q, qd, qdd = random_state(robot, rng)
     g = np.array([0.3, -1.2, -9.0])
-    emu = emulated(name, False)
+    emu = backend(kind, name, False)
     out = emu.inverse_dynamics(q, qd, qdd, gravity=g)
     assert out.shape == (robot.nv,)
     assert_close(out, ref.inverse_dynamics(q, qd, qdd, gravity=g), 1e-9)

@@ -1,0 +1,104 @@
+"""RobotHandle on the GPU: numpy, PyTorch, CuPy and JAX arrays; out=; streams; the cache
+under concurrent builds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from conftest import load
+from grid_core import Reference
+from grid_core.testing import assert_close, random_state
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def iiwa():
+    from grid_core import RobotHandle
+
+    robot = load("iiwa14")
+    return robot, RobotHandle(robot, ["inverse_dynamics"], np.float32, quiet=True)
+
+
+def _state(robot, rng, n=64):
+    q, qd, qdd = random_state(robot, rng, n)
+    return q.astype(np.float32), qd.astype(np.float32), qdd.astype(np.float32)
+
+
+def test_numpy_in_numpy_out(iiwa, rng):
+    robot, h = iiwa
+    q, qd, qdd = _state(robot, rng)
+    out = h.inverse_dynamics(q, qd, qdd)
+    assert isinstance(out, np.ndarray) and out.shape == (64, robot.nv)
+    assert_close(out, Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4)
+
+
+def test_torch_in_torch_out_without_host_copy(iiwa, rng):
+    torch = pytest.importorskip("torch")
+    robot, h = iiwa
+    q, qd, qdd = _state(robot, rng)
+    tq, tqd, tqdd = (torch.from_numpy(x).cuda() for x in (q, qd, qdd))
+    res = h.inverse_dynamics(tq, tqd, tqdd)
+    assert isinstance(res, torch.Tensor) and res.is_cuda and res.shape == (64, robot.nv)
+    out = torch.full((64, robot.nv), float("nan"), device="cuda")
+    ptr = out.data_ptr()
+    got = h.inverse_dynamics(tq, tqd, tqdd, out=out)
+    assert got is out and out.data_ptr() == ptr  # written in place on the device
+    torch.cuda.synchronize()
+    assert_close(out.cpu().numpy(), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4)
+    # on a side stream: the launch follows PyTorch's current stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        res2 = h.inverse_dynamics(tq, tqd, tqdd)
+    side.synchronize()
+    assert_close(res2.cpu().numpy(), out.cpu().numpy(), 1e-6)
+
+
+def test_cupy_in_cupy_out(iiwa, rng):
+    cupy = pytest.importorskip("cupy")
+    robot, h = iiwa
+    q, qd, qdd = _state(robot, rng)
+    cq, cqd, cqdd = (cupy.asarray(x) for x in (q, qd, qdd))
+    out = cupy.full((64, robot.nv), cupy.nan, dtype=cupy.float32)
+    ptr = out.data.ptr
+    got = h.inverse_dynamics(cq, cqd, cqdd, out=out)
+    assert got is out and out.data.ptr == ptr
+    cupy.cuda.get_current_stream().synchronize()
+    assert_close(cupy.asnumpy(out), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4)
+
+
+def test_jax_in_jax_out(iiwa, rng):
+    jnp = pytest.importorskip("jax.numpy")
+    robot, h = iiwa
+    q, qd, qdd = _state(robot, rng)
+    res = h.inverse_dynamics(jnp.asarray(q), jnp.asarray(qd), jnp.asarray(qdd))
+    assert "jax" in type(res).__module__
+    assert_close(np.asarray(res), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4)
+
+
+BUILD = textwrap.dedent(
+    """
+    import warnings
+    warnings.simplefilter("ignore")
+    import numpy as np, grid_core
+    h = grid_core.RobotHandle(grid_core.load_robot("hyq"), ["inverse_dynamics"], np.float32,
+                              namespace="concurrent_gpu", quiet=True)
+    print(h._path)
+    """
+)
+
+
+def test_two_processes_building_the_same_handle(tmp_path):
+    env = {**os.environ, "GRID_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", BUILD], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert len({o[0].strip() for o in outs}) == 1
+    assert len(os.listdir(tmp_path)) == 1
