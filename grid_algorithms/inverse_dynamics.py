@@ -90,9 +90,8 @@ class RneaSteps:
         key = (name, body, k)
         return self.known[key] if key in self.known else self.arr[name](body, k)
 
-    def _E(self, scope: Scope, body: Body):
-        E, r = ss.body_transform(self.robot, body, self.arr["xi"])
-        return [scope.let_all(row, "E") for row in E], r
+    def _X(self, scope: Scope, body: Body) -> ss.Transform:
+        return ss.Transform(self.robot, body, self.arr["xi"], scope)
 
     def has_children(self, i: int) -> bool:
         return bool(self.robot.topology.children[i])
@@ -101,12 +100,12 @@ class RneaSteps:
         """v, a and f of ``body`` (v and a stored only where a child reads them)."""
         arr, i = self.arr, body.index
         scope.comment(f"body {i} ({body.joint.name}): v, a, f")
-        E, r = self._E(scope, body)
+        X = self._X(scope, body)
         if body.jtype is JointType.FLOATING:
             vi = body.v_index
             qd = [arr["qd"](vi + k) for k in range(6)]
             qdd = [arr["qdd"](vi + k) for k in range(6)]
-            Ea0 = [sum_terms(zip(E[k], self.a0)) for k in range(3)]
+            Ea0 = X.rotate(self.a0)
             v = qd[3:] + qd[:3]  # S maps v = [linear; angular] to [angular; linear]
             a = qdd[3:] + [sum_terms([(Ea0[k],), (qdd[k],)]) for k in range(3)]
         else:
@@ -115,14 +114,14 @@ class RneaSteps:
             vJ = scope.let_all(vJ, "vJ")
             if body.parent < 0:
                 # X a0 with a0 = [0; -g]: the angular part is zero and r x 0 = 0
-                Xa0 = [0.0, 0.0, 0.0] + [sum_terms(zip(E[k], self.a0)) for k in range(3)]
+                Xa0 = [0.0, 0.0, 0.0] + X.rotate(self.a0, scope)
                 v = vJ
                 a = [sum_terms([(Xa0[k],), (aJ[k],)]) for k in range(6)]
             else:
                 p = body.parent
-                Xv = ss.x_motion(E, r, [self.get("v", p, k) for k in range(6)])
+                Xv = X.motion([self.get("v", p, k) for k in range(6)], scope)
                 v = scope.let_all([sum_terms([(Xv[k],), (vJ[k],)]) for k in range(6)], "v")
-                Xa = ss.x_motion(E, r, [self.get("a", p, k) for k in range(6)])
+                Xa = X.motion([self.get("a", p, k) for k in range(6)], scope)
                 vxvJ = ss.cross_motion(v, vJ)
                 a = [sum_terms([(Xa[k],), (aJ[k],), (vxvJ[k],)]) for k in range(6)]
         v = scope.let_all(v, "v")
@@ -151,8 +150,7 @@ class RneaSteps:
         for c in children:
             body = self.robot.bodies[c]
             scope.comment(f"f[{parent}] += X^T f[{c}] ({body.joint.name})")
-            E, r = self._E(scope, body)
-            contrib = ss.xt_force(E, r, [arr["f"](c, k) for k in range(6)], scope)
+            contrib = self._X(scope, body).force_T([arr["f"](c, k) for k in range(6)], scope)
             for k in range(6):
                 scope.add_to(arr["f"](parent, k), contrib[k])
 

@@ -16,6 +16,7 @@ from .errors import GridError, InputError
 
 LAYOUTS = {"auto": 0, "block": 1, "per_state": 2}
 NONFINITE_INPUT = -1000  # GRID_ABI_NONFINITE_INPUT of grid_core.abi
+_FALLBACK = object()
 
 
 def is_device_array(x) -> bool:
@@ -135,6 +136,15 @@ class AbiBackend:
 
     def _call(self, alg, args, kwargs):
         out = kwargs.pop("out", None)
+        if args and not kwargs:
+            if type(args[0]) is np.ndarray:
+                result = self._call_numpy(alg, args, out)
+                if result is not _FALLBACK:
+                    return result
+            elif type(args[0]).__name__ == "Tensor":
+                result = self._call_torch(alg, args, out)
+                if result is not _FALLBACK:
+                    return result
         for x in (*args, *kwargs.values()):
             if type(x) is not np.ndarray and x is not None and is_device_array(x):
                 return self._call_device(alg, args, kwargs, out)
@@ -242,6 +252,101 @@ class AbiBackend:
             return out
         result = [o if batch is not None else o[0] for o in outs]
         return result[0] if len(result) == 1 else tuple(result)
+
+    def _call_numpy(self, alg, args, out):
+        """The lean numpy path: a batch of C-contiguous arrays of the handle's dtype, passed
+        positionally (params at their defaults).  NaN/inf are caught by the library while it
+        stages the inputs.  Anything else: the general path."""
+        ins, outs_p, fn, defaults, names = self._host_plan(alg)
+        states = self.__dict__.get("_np_states", {}).get(alg.name)
+        if states is None:
+            states = [p for p in ins if p.kind == "state"]
+            self.__dict__.setdefault("_np_states", {})[alg.name] = states
+        if len(args) > len(states) or out is not None:
+            return _FALLBACK
+        x0 = args[0]
+        if x0.ndim != len(states[0].shape) + 1:
+            return _FALLBACK
+        n = x0.shape[0]
+        dtype = self.dtype
+        ptrs = []
+        for x, p in zip(args, states):
+            if x is None:
+                if not p.optional:
+                    return _FALLBACK
+                ptrs.append(None)
+                continue
+            if type(x) is not np.ndarray or x.dtype != dtype or not x.flags.c_contiguous or \
+                    x.shape[0] != n or x.shape[1:] != p.shape:
+                return _FALLBACK
+            ptrs.append(x.ctypes.data)
+        for p in states[len(args):]:
+            if not p.optional:
+                return _FALLBACK
+            ptrs.append(None)
+        outs = [np.empty((n, *p.shape), dtype=dtype) for p in outs_p]
+        params = [defaults[p.name].ctypes.data for p in ins if p.kind == "param"]
+        err = fn(*[o.ctypes.data for o in outs], *ptrs, *params, n, *self._launch_of(alg.name))
+        if err <= NONFINITE_INPUT:
+            return _FALLBACK  # the general path names the argument
+        self._check(err, f"{alg.name} launch")
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _torch_plan(self, alg):
+        plans = self.__dict__.setdefault("_torch_plans", {})
+        plan = plans.get(alg.name)
+        if plan is None:
+            import torch
+
+            ins, outs = self._ports(alg)
+            states = [p for p in ins if p.kind == "state"]
+            params = [p for p in ins if p.kind == "param"]
+            fn = getattr(self._lib(), f"grid_abi_{alg.name}_{self._suffix()}")
+            fn.argtypes = [ctypes.c_void_p] * (len(outs) + len(states) + len(params)) + [ctypes.c_int] * 5 + \
+                [ctypes.c_void_p]
+            defaults = [np.ascontiguousarray(p.default, dtype=self.dtype) for p in params]
+            tdtype = torch.float32 if self.dtype == np.float32 else torch.float64
+            get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            plan = (states, outs, defaults, fn, tdtype, get_stream, torch.empty)
+            plans[alg.name] = plan
+        return plan
+
+    def _call_torch(self, alg, args, out):
+        """The lean path for contiguous CUDA tensors of the handle's dtype, passed positionally
+        (state inputs only; params at their defaults).  Anything else: the general path."""
+        states, outs_p, defaults, fn, tdtype, get_stream, empty = self._torch_plan(alg)
+        if get_stream is None or len(args) > len(states) or out is not None and len(outs_p) != 1:
+            return _FALLBACK
+        x0 = args[0]
+        if not x0.is_cuda or x0.dim() != len(states[0].shape) + 1:
+            return _FALLBACK
+        n = x0.shape[0]
+        ptrs = []
+        for x, p in zip(args, states):
+            if x is None:
+                if not p.optional:
+                    return _FALLBACK
+                ptrs.append(None)
+                continue
+            if type(x) is not type(x0) or x.dtype is not tdtype or not x.is_contiguous() or \
+                    x.shape[0] != n or tuple(x.shape[1:]) != p.shape or x.device != x0.device:
+                return _FALLBACK
+            ptrs.append(x.data_ptr())
+        for p in states[len(args):]:
+            if not p.optional:
+                return _FALLBACK
+            ptrs.append(None)
+        if out is None:
+            outs = [empty((n, *p.shape), dtype=tdtype, device=x0.device) for p in outs_p]
+        else:
+            if type(out) is not type(x0) or out.dtype is not tdtype or not out.is_contiguous() or \
+                    out.shape != (n, *outs_p[0].shape) or out.device != x0.device:
+                return _FALLBACK
+            outs = [out]
+        err = fn(*[o.data_ptr() for o in outs], *ptrs, *[d.ctypes.data for d in defaults], n,
+                 *self._launch_of(alg.name), get_stream(x0.device.index))
+        self._check(err, f"{alg.name} launch")
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _call_device(self, alg, args, kwargs, out):
         """CUDA arrays in -> the same kind out, on the framework's current stream, no host copy.

@@ -20,6 +20,7 @@ import attrs
 import numpy as np
 
 from ..model import Body, JointType, Robot
+
 from ..model.spatial import skew, split_plux
 from .expr import ROTATION_TOL, Scalar, Scope, clean, cross, matTvec, matvec, render, sum_terms
 
@@ -121,6 +122,67 @@ def body_transform(robot: Robot, body: Body, xi: Index) -> tuple[list[list[Scala
         for i in range(3)
     ]
     return E, [clean(x) for x in r_t]
+
+
+class Transform:
+    """``X = XJ(q) Xtree`` of one body, applied without forming it.
+
+    For a revolute joint about a coordinate axis (+-x, +-y, +-z: most robots) the constant
+    tree transform is applied first, with every constant folded, then the joint rotation,
+    which touches only the two coordinates across the axis (4 multiplies per 3-vector).
+    Otherwise ``E`` is rebuilt from the XI slot (:func:`body_transform`) and applied whole.
+    """
+
+    def __init__(self, robot: Robot, body: Body, xi: Index, scope: Scope):
+        self.kind = "general"
+        E_t, r_t = split_plux(np.asarray(body.Xtree))
+        slot = xi_layout(robot)[body.index]
+        axis = [clean(x, ROTATION_TOL) for x in body.axis]
+        if slot.kind == "revolute" and sorted(abs(a) for a in axis) == [0.0, 0.0, 1.0]:
+            self.kind = "aligned"
+            self.k = next(i for i, a in enumerate(axis) if a != 0.0)
+            sign = axis[self.k]
+            self.s = xi(slot.offset) if sign > 0 else sum_terms([(-1.0, xi(slot.offset))])
+            self.c = xi(slot.offset + 1)
+            self.E_t = _const3(E_t)
+            self.r_t = [clean(x) for x in r_t]
+        else:
+            E, r = body_transform(robot, body, xi)
+            self.E = [scope.let_all(row, "E") for row in E]
+            self.r = r
+
+    def _joint_rotate(self, v, transpose: bool) -> list[Scalar]:
+        """``R(q)^T v`` (``transpose=False``: motion direction) or ``R(q) v``."""
+        i, j = (self.k + 1) % 3, (self.k + 2) % 3
+        s, c = self.s, self.c
+        sg = 1.0 if not transpose else -1.0
+        out = list(v)
+        out[i] = sum_terms([(c, v[i]), (sg, s, v[j])])
+        out[j] = sum_terms([(-sg, s, v[i]), (c, v[j])])
+        return out
+
+    def rotate(self, v: Sequence[Scalar], scope: Scope | None = None) -> list[Scalar]:
+        """``E v`` for a free vector (no translation)."""
+        if self.kind == "general":
+            return matvec(self.E, v)
+        t = matvec(self.E_t, v)
+        if scope is not None:
+            t = scope.let_all(t, "R")
+        return self._joint_rotate(t, False)
+
+    def motion(self, m: Sequence[Scalar], scope: Scope) -> list[Scalar]:
+        """``X m``."""
+        if self.kind == "general":
+            return x_motion(self.E, self.r, m)
+        t = scope.let_all(x_motion(self.E_t, self.r_t, m), "X")
+        return self._joint_rotate(t[:3], False) + self._joint_rotate(t[3:], False)
+
+    def force_T(self, f: Sequence[Scalar], scope: Scope) -> list[Scalar]:
+        """``X^T f``."""
+        if self.kind == "general":
+            return xt_force(self.E, self.r, f, scope)
+        t = scope.let_all(self._joint_rotate(f[:3], True) + self._joint_rotate(f[3:], True), "XT")
+        return xt_force(self.E_t, self.r_t, t, scope)
 
 
 # -- motion and force algebra ------------------------------------------------------

@@ -74,3 +74,14 @@ def test_numbers_round_trip(x, text):
 def test_non_finite_constant_is_refused():
     with pytest.raises(ValueError):
         fnum(float("nan"))
+
+
+def test_per_warp_loop_runs_one_item_per_warp():
+    out = render(n.BlockStrideLoop("k", 3, [n.Stmt("f(k)")], per_warp=True))
+    assert out == (
+        "for (int k = GRID_TID / 32; k < 3; k += (GRID_BLOCK_THREADS + 31) / 32) {\n"
+        "    if (GRID_TID % 32 == 0) {\n"
+        "        f(k);\n"
+        "    }\n"
+        "}\n"
+    )
