@@ -112,3 +112,27 @@ def tangent_fd(robot: Robot, f, q: np.ndarray, h: float = 1e-6) -> np.ndarray:
 
 
 from .backends import LAYOUTS, Emulated  # noqa: E402  (the host-emulated backend, DESIGN §2)
+
+
+def tangent_bracket(robot: Robot) -> np.ndarray:
+    """Structure constants of the tangent space: ``C[m, a, b] = [e_a, e_b]_m`` (shape ``(nv,) * 3``).
+
+    Nonzero only within a free-flyer's six columns, where ``[., .]`` is the Lie bracket of
+    se(3) in ``[linear; angular]`` coordinates, ``[(v1, w1), (v2, w2)] = (w1 x v2 - w2 x v1,
+    w1 x w2)``; every other coordinate commutes.  Tangent derivatives do not commute: for
+    any smooth ``f`` with tangent gradient ``g`` and ``D[..., j, k] = d/dq_k (d f / d q_j)``,
+    ``D[..., j, k] - D[..., k, j] = g @ C[:, k, j]`` (Baker-Campbell-Hausdorff), the symmetry
+    a second-order tangent derivative really has.
+    """
+    C = np.zeros((robot.nv,) * 3)
+    E = np.eye(6)
+    for b in robot.bodies:
+        if b.jtype is not JointType.FLOATING:
+            continue
+        s = slice(b.v_index, b.v_index + 6)
+        for a in range(6):
+            for c in range(6):
+                v1, w1, v2, w2 = E[a, :3], E[a, 3:], E[c, :3], E[c, 3:]
+                C[s, b.v_index + a, b.v_index + c] = np.concatenate(
+                    [np.cross(w1, v2) - np.cross(w2, v1), np.cross(w1, w2)])
+    return C

@@ -1,0 +1,48 @@
+"""The second-order algorithms and the integrators: each its own plugin, each with its
+parallelism review (the GPU emitters do not exist yet: the review states the plan)."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from grid_core import algorithms, registry
+from grid_core.cli import main
+from grid_core.review import PATTERNS, Verdict
+
+SECOND_ORDER = (
+    "idsva_so",
+    "fdsva_so",
+    "end_effector_pose_hessian",
+    "integrator",
+    "integrator_gradient",
+)
+
+
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_registered_by_its_own_entry_point(name):
+    reg = registry()
+    assert name in algorithms()
+    assert reg.origin[f"algorithm:{name}"] == name
+    assert reg.info_of("algorithm", name).module == f"grid_algorithms.{name}"
+
+
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_grid_review_prints_the_plan(name):
+    result = CliRunner().invoke(main, ["review", name])
+    assert result.exit_code == 0, result.output
+    alg = algorithms()[name]
+    assert not alg.has_emitter()
+    assert "not yet emitted" in result.output
+    for key, title in PATTERNS.items():
+        verdict = getattr(alg.review, key)
+        assert verdict.verdict is not Verdict.DONE  # nothing is emitted yet
+        assert f"{key} {title}: {verdict.verdict.value}" in result.output
+        assert verdict.reason in result.output
+
+
+@pytest.mark.parametrize("name", ["idsva_so", "fdsva_so", "end_effector_pose_hessian"])
+def test_p2_is_the_planned_lever_of_the_per_cell_tensors(name):
+    review = algorithms()[name].review
+    assert review.P2.verdict is Verdict.TODO
+    assert "dominant lever" in review.P2.reason
