@@ -250,6 +250,21 @@ def phase_runtime(state: dict) -> None:
                 row["torch_us"] = _median_us(call)
                 row["torch_out_us"] = _median_us(call_out)
                 row["torch_sync_only_us"] = _median_us(torch.cuda.synchronize)
+                # where the time goes: the call alone (asynchronous), an empty torch allocation,
+                # and the bare C entry with prepared arguments plus a synchronisation
+                row["torch_call_only_us"] = _median_us(lambda: h.inverse_dynamics(tq, tqd, tqdd, out=o))
+                torch.cuda.synchronize()
+                row["torch_empty_us"] = _median_us(lambda: torch.empty((n, robot.nv), device="cuda"))
+                fn = h._torch_plan(grid_core.registry().algorithm("inverse_dynamics"))[3]
+                g = np.array([0.0, 0.0, -9.81], dtype=np.float32)
+                args = (o.data_ptr(), tq.data_ptr(), tqd.data_ptr(), tqdd.data_ptr(), None, g.ctypes.data, n,
+                        0, 0, 0, 0, torch._C._cuda_getCurrentRawStream(0))
+
+                def bare():
+                    fn(*args)
+                    torch.cuda.synchronize()
+
+                row["bare_c_entry_us"] = _median_us(bare)
             r = raw.get((name, n))
             if r:
                 row.update(kernel_us=r["kernel_us"], resident_us=r["resident_us"], io_us=r["io_us"])
@@ -367,6 +382,11 @@ def summary(state: dict) -> str:
             lines.append(f"{x['robot']:<8}{x['n']:>6}{x['numpy_us']:>9.1f}{x.get('torch_us', -1):>9.1f}"
                          f"{x.get('torch_out_us', -1):>11.1f}{x.get('resident_us', -1):>10.1f}{x.get('io_us', -1):>10.1f}"
                          f"   {over:>6.1f}  | {up[1] if up else '-'}")
+        lines.append("  torch path breakdown (us): call alone (async) / torch.empty / bare C entry + sync / sync alone")
+        for x in rt["overhead"]:
+            if "bare_c_entry_us" in x:
+                lines.append(f"  {x['robot']:<8}{x['n']:>6}  {x['torch_call_only_us']:>6.1f} / {x['torch_empty_us']:>5.1f}"
+                             f" / {x['bare_c_entry_us']:>6.1f} / {x['torch_sync_only_us']:>5.1f}")
     f = state.get("fused")
     if isinstance(f, dict) and "fused_us" in f:
         lines.append("")
@@ -417,7 +437,8 @@ def main() -> int:
     if not args.build:
         RESULTS.mkdir(parents=True, exist_ok=True)
         gpu = state["gpu"].split(",")[0].replace("NVIDIA ", "").replace(" ", "")
-        name = f"{state['date'][:10]}_{gpu}_{state['commit']}.json"
+        safe = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in state["commit"])
+        name = f"{state['date'][:10]}_{gpu}_{safe}.json"
         (RESULTS / name).write_text(json.dumps(state, indent=1) + "\n")
         out = os.environ.get("OUT")
         if out:

@@ -1,0 +1,399 @@
+"""Documentation-local Sphinx extension of GRiD: the benchmark results page and the
+optional reference-timings page.
+
+* ``_generated/benchmark_results.inc`` (included by ``benchmarks.rst``): plots and
+  tables of the committed GPU results, ``benchmarks/results/*.json`` as written by
+  ``benchmarks/gpu_check.py``, held against the upstream anchors that module quotes
+  (``UPSTREAM_H200_KERNEL``, ``UPSTREAM_5090``; ../shared/ANCHORS.md §C and §A).  With no
+  result committed yet the page says so.  Plots are drawn with matplotlib (Agg): no
+  GPU, no network.
+* ``_generated/reference_timings.rst``: when ``docs/reference_timings.md`` exists, a page
+  showing it, linked from the index through ``grid-optional-toctree``.  The docs stay
+  reStructuredText without a Markdown parser: the small subset that page uses (headings,
+  paragraphs, lists, pipe tables, code spans and fences) is converted here, and a file
+  whose conversion is not clean reStructuredText is shown as written, in a literal block.
+* ``grid-optional-toctree``: a toctree that keeps only the entries whose document
+  exists, so an optional page is linked when present and a build without it stays
+  free of warnings.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import re
+from pathlib import Path
+
+from docutils.statemachine import StringList
+from sphinx.directives.other import TocTree
+from sphinx.util import logging
+
+from grid_core.sphinxext import escape, heading, list_table
+
+GENERATED = "_generated"
+ROBOT_ORDER = ["iiwa14", "hyq", "atlas", "go2", "g1"]
+logger = logging.getLogger(__name__)
+
+
+# -- optional toctree -------------------------------------------------------------------
+
+
+class OptionalTocTree(TocTree):
+    """``toctree`` without its entries whose document does not exist."""
+
+    def run(self):
+        from sphinx.util import docname_join
+
+        found = self.env.found_docs
+        keep = [line for line in self.content
+                if not line.strip() or docname_join(self.env.docname, line.strip()) in found]
+        self.content = StringList(keep, source=self.content.source(0) if self.content else "")
+        return super().run()
+
+
+# -- upstream anchors -------------------------------------------------------------------
+
+
+def anchors(root: Path) -> tuple[dict, dict]:
+    """``(UPSTREAM_H200_KERNEL, UPSTREAM_5090)`` from benchmarks/gpu_check.py (one source)."""
+    path = root / "benchmarks" / "gpu_check.py"
+    if not path.is_file():
+        return {}, {}
+    spec = importlib.util.spec_from_file_location("_grid_gpu_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, "UPSTREAM_H200_KERNEL", {}), getattr(module, "UPSTREAM_5090", {})
+
+
+# -- benchmark results ----------------------------------------------------------------
+
+
+def _robots(rows) -> list[str]:
+    names = {r["robot"] for r in rows if "-" not in r["robot"]}
+    return sorted(names, key=lambda x: (ROBOT_ORDER.index(x) if x in ROBOT_ORDER else 99, x))
+
+
+def _us(x) -> str:
+    if x is None or (isinstance(x, float) and (math.isnan(x) or x < 0)):
+        return "\\-"
+    return f"{x:.2f}"
+
+
+def plot_robot(rows, robot: str, h200: dict, rtx5090: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 4.4), dpi=110)
+    mine = [r for r in rows if r["robot"] == robot]
+    styles = {"auto": ("C0", "o", "kernel, auto layout"), "block": ("C1", "s", "kernel, block layout"),
+              "per_state": ("C2", "^", "kernel, per-state layout")}
+    for layout, (color, marker, label) in styles.items():
+        pts = sorted((r["n"], r["kernel_us"]) for r in mine if r["layout"] == layout)
+        if pts:
+            ax.plot(*zip(*pts), marker=marker, color=color, label=label, lw=1.6 if layout == "auto" else 1.0,
+                    ms=4, alpha=1.0 if layout == "auto" else 0.7)
+    graph = sorted((r["n"], r["graph_us"]) for r in mine if r["layout"] == "auto" and r.get("graph_us", -1) > 0)
+    if graph:
+        ax.plot(*zip(*graph), color="C4", ls="-.", lw=1.0, label="CUDA-graph replay, auto layout")
+    empty = sorted((r["n"], r["empty_us"]) for r in mine if r["layout"] == "auto")
+    if empty:
+        ax.plot(*zip(*empty), color="0.45", ls="--", lw=1.2, label="empty kernel (launch floor)")
+    if robot in h200:
+        ax.plot(list(h200[robot]), list(h200[robot].values()), ls="none", marker="X", ms=8, color="C3",
+                label="upstream GRiD on the H200, kernel (ANCHORS §C)")
+    if robot in rtx5090:
+        pts = rtx5090[robot]
+        ax.plot(list(pts), [v[0] for v in pts.values()], ls="none", marker="D", ms=6, mfc="none", color="C5",
+                label="upstream GRiD, RTX 5090, resident (host-timed, §A)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size N (states)")
+    ax.set_ylabel("time per launch (µs)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="both", lw=0.3, alpha=0.5)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _robot_table(rows, robot: str, h200: dict, rtx5090: dict) -> list[str]:
+    out = []
+    table = []
+    for r in sorted((x for x in rows if x["robot"] == robot and x["layout"] == "auto"), key=lambda x: x["n"]):
+        n = r["n"]
+        up = []
+        if n in h200.get(robot, {}):
+            up.append(f"H200 kernel {h200[robot][n]}")
+        if n in rtx5090.get(robot, {}):
+            res, host = rtx5090[robot][n]
+            up.append(f"5090 resident {res} / host {host}")
+        kernel, empty = r.get("kernel_us"), r.get("empty_us")
+        table.append([str(n), r.get("resolved", "\\-"), _us(kernel), _us(empty),
+                      _us(kernel - empty if kernel is not None and empty is not None else None),
+                      _us(r.get("graph_us")), _us(r.get("graph_empty_us")), _us(r.get("resident_us")),
+                      _us(r.get("io_us")), escape("; ".join(up)) or "\\-"])
+    if table:
+        out += list_table(["N", "auto picks", "kernel", "empty", "kernel - empty", "graph", "graph empty", "resident",
+                           "with I/O", "upstream (µs)"], table)
+    return out
+
+
+def _ab_table(rows) -> list[str]:
+    """The P1 A/B: level-batched sweeps (the default build) vs one body per step."""
+    table = []
+    for robot in _robots(rows):
+        for r in sorted((x for x in rows if x["robot"] == f"{robot}-bodies" and x["layout"] == "block"),
+                        key=lambda x: x["n"]):
+            lv = next((x for x in rows if x["robot"] == robot and x["layout"] == "block" and x["n"] == r["n"]), None)
+            table.append([robot, str(r["n"]), _us(lv["kernel_us"] if lv else None), _us(r["kernel_us"])])
+    if not table:
+        return []
+    return [".. rubric:: P1 A/B, block layout: the default build (level-batched sweeps unless the baked tuning "
+            "chose otherwise) vs one body per step (kernel µs)", "",
+            *list_table(["robot", "N", "default build", "one body per step"], table)]
+
+
+def _variants_table(rows) -> list[str]:
+    """Other build variants of the run (``ROBOT-LABEL`` rows, e.g. an occupancy knob), each
+    beside the default build at the same N and layout."""
+    table = []
+    for r in sorted((x for x in rows if "-" in x["robot"] and not x["robot"].endswith("-bodies")),
+                    key=lambda x: (x["robot"], x["layout"], x["n"])):
+        base_name = r["robot"].split("-", 1)[0]
+        base = next((x for x in rows if x["robot"] == base_name and x["layout"] == r["layout"]
+                     and x["n"] == r["n"]), None)
+        table.append([escape(r["robot"]), str(r["n"]), escape(r["layout"]), _us(r["kernel_us"]),
+                      _us(base["kernel_us"] if base else None)])
+    if not table:
+        return []
+    return [".. rubric:: Other build variants (kernel µs, beside the default build)", "",
+            *list_table(["variant", "N", "layout", "variant", "default"], table)]
+
+
+def _runtime_tables(runtime: dict) -> list[str]:
+    """The Python runtime's own measurements, when the run recorded them."""
+    out = []
+    build = runtime.get("build") or {}
+    if build:
+        out += [".. rubric:: RobotHandle build time (s): first build, then from the cache", "",
+                *list_table(["robot", "cold", "warm"],
+                            [[escape(r), _us(v.get("cold_s")), _us(v.get("warm_s"))] for r, v in build.items()])]
+    rows = runtime.get("overhead") or []
+    if rows:
+        keys = [k for k in rows[0] if k not in ("robot", "n")]
+        out += [".. rubric:: Per call through Python (µs), beside the kernel alone", "",
+                *list_table(["robot", "N", *(escape(k.removesuffix("_us")) for k in keys)],
+                            [[escape(r["robot"]), str(r["n"]), *(_us(r.get(k)) for k in keys)] for r in rows])]
+    return out
+
+
+def results_text(root: Path, outdir: Path) -> str:
+    """The reStructuredText of the results section; writes the plots into ``outdir``."""
+    results = sorted((root / "benchmarks" / "results").glob("*.json"))
+    if not results:
+        return "\n".join([
+            ".. note::", "",
+            "   No benchmark results are committed yet: ``benchmarks/results/`` holds no JSON file.  "
+            "``bash benchmarks/gpu_check.sh`` on a GPU machine writes one "
+            "(``benchmarks/results/<date>_<gpu>_<commit>.json``); this page plots it at the next build.",
+            "",
+        ])
+    h200, rtx5090 = anchors(root)
+    data = []
+    for path in results:
+        try:
+            data.append((path, json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError) as exc:
+            logger.warning(f"grid_docs: cannot read benchmark result {path}: {exc}")
+    data.sort(key=lambda pd: pd[1].get("date", ""), reverse=True)
+    out = []
+    runs = [[literal_path(p.name), escape(d.get("date", "?")), escape(d.get("gpu", "?")),
+             f"``{d.get('commit', '?')}``", escape("; ".join(f"{k} {v}" for k, v in d.get("phases", {}).items()))]
+            for p, d in data]
+    out += list_table(["file", "date", "GPU", "commit", "phases"], runs)
+    for k, (path, d) in enumerate(data):
+        rows = d.get("time") or []
+        label = f"{d.get('date', '?')}, {d.get('gpu', '?')}, commit {d.get('commit', '?')}"
+        out += heading(label, "-")
+        if k:
+            out += ["An earlier run; the newest is above.", ""]
+        if not rows:
+            out += ["This run recorded no timings.", ""]
+        for robot in _robots(rows):
+            img = outdir / f"bench_{path.stem}_{robot}.png"
+            plot_robot(rows, robot, h200, rtx5090, img,
+                       f"inverse_dynamics, {robot}, float32 — {d.get('gpu', '?')}, {d.get('date', '?')[:10]}")
+            out += heading(robot, "~")
+            out += [f".. image:: /{GENERATED}/{img.name}", f"   :alt: inverse_dynamics kernel time vs N, {robot}",
+                    "   :width: 100%", ""]
+            out += _robot_table(rows, robot, h200, rtx5090)
+        out += _ab_table(rows)
+        out += _variants_table(rows)
+        if isinstance(d.get("runtime"), dict):
+            out += _runtime_tables(d["runtime"])
+        fused = d.get("fused")
+        if isinstance(fused, dict) and "fused_us" in fused:
+            ratio = fused["layered_us"] / fused["fused_us"] if fused.get("fused_us") else float("nan")
+            out += [".. rubric:: Fused control step (examples/cuda/fused_control_step)", "",
+                    *list_table(["robot", "batch", "fused µs", "layered µs", "ratio", "upstream (RTX 5090)"],
+                                [["iiwa14", str(fused.get("batch", "?")), _us(fused["fused_us"]),
+                                  _us(fused["layered_us"]), f"{ratio:.2f}x", "7.65 / 28.70 µs, 3.75x"]])]
+        tuning = (d.get("tuning") or {}).get("robots") or {}
+        if tuning:
+            out += [".. rubric:: Tuning baked into the header (grid_algorithms/inverse_dynamics.tuning.json)", "",
+                    *list_table(["robot", "per-state layout from N", "P1 sweep form", "block N=256: levels / bodies µs"],
+                                [[r, str(v.get("per_state_min_n")), str(v.get("p1")),
+                                  f"{_us((v.get('ab_block_n256_us') or {}).get('levels'))} / "
+                                  f"{_us((v.get('ab_block_n256_us') or {}).get('bodies'))}"]
+                                 for r, v in tuning.items()])]
+    return "\n".join(out) + "\n"
+
+
+def literal_path(name: str) -> str:
+    return f"``{name}``"
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+# -- the reference-timings page: a small Markdown subset, converted ----------------------
+
+
+def _md_inline(text: str) -> str:
+    """Code spans become literals (fenced by escaped spaces, so they may touch any character);
+    everything else is plain text, its markup characters escaped."""
+    parts = text.split("`")
+    out = []
+    for k, part in enumerate(parts):
+        if k % 2 and part:
+            before = out[-1][-1:] if out else ""
+            after = parts[k + 1][:1] if k + 1 < len(parts) else ""
+            out.append(("\\ " if before and not before.isspace() else "") + f"``{part}``"
+                       + ("\\ " if after and not after.isspace() else ""))
+        elif part:
+            core = escape(part)
+            lead = " " if part[0].isspace() and core else ""
+            trail = " " if part[-1].isspace() and core else ""
+            out.append(lead + core + trail if core else " ")
+    return "".join(out).strip()
+
+
+def _md_cells(row: str) -> list[str]:
+    row = row.strip().strip("|")
+    return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", row)]
+
+
+def markdown_to_rst(md: str) -> str:
+    """Headings, paragraphs, bullet lists, pipe tables and fenced code of Markdown as
+    reStructuredText; other Markdown shows as written (its characters escaped)."""
+    out: list[str] = []
+    lines = md.splitlines()
+    i = 0
+    levels = "=-~^"
+    while i < len(lines):
+        line = lines[i]
+        if not line.strip():
+            i += 1
+            continue
+        if line.startswith("```"):
+            body = []
+            i += 1
+            while i < len(lines) and not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            i += 1
+            out += ["::", "", *("   " + b if b else "" for b in body), ""]
+            continue
+        m = re.match(r"(#{1,4})\s+(.*)", line)
+        if m:
+            title = _md_inline(m.group(2))
+            out += [title, levels[len(m.group(1)) - 1] * len(title), ""]
+            i += 1
+            continue
+        block = []
+        while i < len(lines) and lines[i].strip() and not lines[i].startswith(("```", "#")):
+            block.append(lines[i])
+            i += 1
+        if all(b.lstrip().startswith("|") for b in block):
+            rows = [_md_cells(b) for b in block if not re.fullmatch(r"\s*\|?[\s:|-]+\|?\s*", b)]
+            out += list_table([_md_inline(c) for c in rows[0]], [[_md_inline(c) or "\\-" for c in r] for r in rows[1:]])
+        elif re.match(r"\s*[-*] ", block[0]):
+            items: list[str] = []
+            for b in block:
+                if re.match(r"\s*[-*] ", b):
+                    items.append(b.strip()[2:])
+                else:
+                    items[-1] += " " + b.strip()
+            out += [f"* {_md_inline(it)}" for it in items] + [""]
+        else:
+            out += [_md_inline(" ".join(b.strip() for b in block)), ""]
+    return "\n".join(out)
+
+
+def _valid_rst(text: str) -> bool:
+    from docutils.core import publish_doctree
+    try:
+        publish_doctree(text, settings_overrides={"report_level": 5, "halt_level": 2, "warning_stream": False})
+    except Exception:  # SystemMessage, or anything else: in doubt, show the file as written
+        return False
+    return True
+
+
+def reference_timings_page(md: Path) -> str:
+    """The page of ``docs/reference_timings.md``: converted when the conversion is clean
+    reStructuredText, else the file as written in a literal block."""
+    head = [".. Generated by docs/_ext/grid_docs.py from docs/reference_timings.md; do not edit.", ""]
+    text = md.read_text()
+    body = markdown_to_rst(text)
+    if re.match(r"#\s", text.lstrip()) and _valid_rst(body):  # a title of its own, and clean
+        return "\n".join(head) + "\n" + body + "\n"
+    return "\n".join([*head, *heading("Reference timings", "="),
+                      "As recorded in ``docs/reference_timings.md``:", "",
+                      f".. literalinclude:: /{md.name}", "   :language: text", ""])
+
+
+def _builder_inited(app) -> None:
+    root = Path(app.config.grid_docs_root)
+    src = Path(app.srcdir)
+    gen = src / GENERATED
+    gen.mkdir(exist_ok=True)
+    for old in gen.glob("bench_*.png"):
+        old.unlink()
+    _write_if_changed(gen / "benchmark_results.inc", results_text(root, gen))
+    md = src / "reference_timings.md"
+    page = gen / "reference_timings.rst"
+    if md.is_file():
+        _write_if_changed(page, reference_timings_page(md))
+    elif page.exists():
+        page.unlink()
+
+
+def _always_reread(app, env, added, changed, removed):
+    """Pages that depend on what Sphinx does not track, read again at every build: the
+    benchmark page (result files come and go) and every page with an optional toctree
+    (its entries' documents come and go)."""
+    out = []
+    for docname in env.found_docs:
+        try:
+            text = Path(env.doc2path(docname)).read_text()
+        except OSError:
+            continue
+        if ".. grid-optional-toctree::" in text or "/_generated/benchmark_results.inc" in text:
+            out.append(docname)
+    return out
+
+
+def setup(app):
+    app.add_config_value("grid_docs_root", "..", "env")
+    app.add_directive("grid-optional-toctree", OptionalTocTree)
+    app.connect("builder-inited", _builder_inited)
+    app.connect("env-get-outdated", _always_reread)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,246 @@
+"""The documentation: it builds with warnings as errors, and its algorithm pages are generated
+from the registered plugins (STYLE convention 10), third-party ones included.
+
+The build runs ``python -m sphinx -W -b html`` in a subprocess on a copy of ``docs/`` (beside
+links to the repository's ``examples/`` and ``benchmarks/``), so the pages it generates land in
+the copy, never in the working tree, and concurrent builds cannot meet.
+
+The example plugin package ``examples/plugin_gravity_compensation`` is pip-installed into a
+temporary ``--target`` directory, as tests/test_third_party_plugin.py does; its own tests must
+pass there, and the documentation built with it on the path must have its page.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import grid_core
+from grid_core.composer import GenerateOptions, generate, plan_arena
+from grid_core.sphinxext import DEFAULT_TOLERANCES, MARKER, header_signatures, tolerances_of, write_pages
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+PLUGIN = ROOT / "examples" / "plugin_gravity_compensation"
+ARENA_ROBOTS = ("iiwa14", "hyq", "atlas")
+
+
+def clean_env(site: Path | None = None) -> dict:
+    env = dict(os.environ)  # GRID_DISABLE_PLUGINS included: the pages follow this process's registry
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    return env
+
+
+def build_docs(tmp: Path, site: Path | None = None) -> Path:
+    """Build the site from a copy of docs/; return the HTML directory."""
+    root = tmp / "root"
+    root.mkdir()
+    shutil.copytree(DOCS, root / "docs",
+                    ignore=shutil.ignore_patterns("_build", "algorithms", "_generated", "__pycache__"))
+    for name in ("examples", "benchmarks"):
+        (root / name).symlink_to(ROOT / name, target_is_directory=True)
+    out = tmp / "html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(root / "docs"), str(out)],
+        capture_output=True, text=True, env=clean_env(site), timeout=600,
+    )
+    assert proc.returncode == 0, f"sphinx-build failed:\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+def page_text(path: Path) -> str:
+    """The text of an HTML page, tags removed (code blocks keep their line breaks)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", path.read_text()))
+
+
+@pytest.fixture(scope="module")
+def site_html(tmp_path_factory) -> Path:
+    return build_docs(tmp_path_factory.mktemp("docs"))
+
+
+def registered() -> dict:
+    return grid_core.algorithms()
+
+
+def robot(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return grid_core.load_robot(name)
+
+
+# -- the site ----------------------------------------------------------------------------------
+
+
+def test_every_registered_algorithm_has_a_page(site_html):
+    index = (site_html / "algorithms" / "index.html").read_text()
+    for name, alg in registered().items():
+        page = site_html / "algorithms" / f"{name}.html"
+        assert page.is_file(), name
+        assert f'href="{name}.html"' in index, name
+        text = page_text(page)
+        assert alg.summary.split()[0] in text
+        for key in ("P1", "P2", "P3", "P4"):
+            assert key in text, (name, key)
+        if not alg.has_emitter():
+            assert "not yet emitted" in text, name
+
+
+def test_inverse_dynamics_page_has_the_signatures_and_the_arena(site_html):
+    text = page_text(site_html / "algorithms" / "inverse_dynamics.html")
+    header = generate(robot("iiwa14"), ["inverse_dynamics"])
+    sigs = header_signatures(header, "inverse_dynamics")
+    names = [f for f, _, _ in sigs]
+    for layer in ("inverse_dynamics_inner", "inverse_dynamics_device", "inverse_dynamics_kernel",
+                  "inverse_dynamics_per_state_kernel", "inverse_dynamics_launch", "inverse_dynamics"):
+        assert layer in names, layer
+    for _, _, decl in sigs:
+        assert decl in text, decl  # the declarations of the header, as printed for iiwa14
+    assert "template <typename T, int RESOURCE_TIER = TIER_SHARED>" in text
+    assert "INVERSE_DYNAMICS_DEVICE_DYNAMIC_SHARED_MEM_BYTES" in text
+    # the arena: regions and the rungs with their byte sizes, per robot
+    alg = registered()["inverse_dynamics"]
+    assert "spilled to d_workspace" in text
+    for name in ARENA_ROBOTS:
+        r = robot(name)
+        assert f"{name} (nq = {r.nq}, nv = {r.nv}, {r.num_bodies} bodies)" in text
+        plan = plan_arena(alg, r, GenerateOptions(target_shared_mem_bytes=None))
+        for rung in plan.rungs:
+            smem, ws = plan.smem_elements(rung), plan.workspace_elements(rung)
+            assert f"{smem * 4} / {smem * 8}" in text and f"{ws * 4} / {ws * 8}" in text, (name, rung.level)
+    assert "vaf" in text and "MINIMAL" in text
+
+
+def test_guides_reference_and_benchmarks(site_html):
+    for page in ("index", "guides/quickstart", "guides/inline_cuda", "guides/plugin", "reference/api",
+                 "reference/hooks", "reference/cli", "benchmarks"):
+        assert (site_html / f"{page}.html").is_file(), page
+    hooks = page_text(site_html / "reference" / "hooks.html")
+    assert "grid_register_algorithms" in hooks and "Return a list of" in hooks  # the hookspec docstrings
+    cli = page_text(site_html / "reference" / "cli.html")
+    assert "grid build" in cli and "--disable-plugin" in cli
+    inline = page_text(site_html / "guides" / "inline_cuda.html")
+    assert "INVERSE_DYNAMICS_DEVICE_DYNAMIC_SHARED_MEM_BYTES" in inline and "fused_control_step_kernel" in inline
+    bench = page_text(site_html / "benchmarks.html")
+    if list((ROOT / "benchmarks" / "results").glob("*.json")):
+        assert "inverse_dynamics kernel time vs N" in (site_html / "benchmarks.html").read_text()
+    else:
+        assert "No benchmark results are committed yet" in bench
+    if (DOCS / "reference_timings.md").is_file():
+        assert (site_html / "_generated" / "reference_timings.html").is_file()
+    # math renders without network: MathJax ships inside the site
+    assert (site_html / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"\(\s+", "(", " ".join(text.split()))
+
+
+def test_the_inline_guide_quotes_the_device_signature_of_the_header(site_html):
+    """The guide writes the signature out by hand: it must still be the header's."""
+    header = generate(robot("iiwa14"), ["inverse_dynamics"])
+    (decl,) = [d for f, _, d in header_signatures(header, "inverse_dynamics") if f == "inverse_dynamics_device"]
+    decl = "\n".join(ln for ln in decl.splitlines() if not ln.startswith("//"))
+    assert _squeeze(decl) in _squeeze(page_text(site_html / "guides" / "inline_cuda.html"))
+
+
+# -- the extension, in process -------------------------------------------------------------------
+
+
+def test_tolerances_default_to_the_ladder_and_follow_the_attribute():
+    algs = registered()
+    assert tolerances_of(algs["inverse_dynamics"]) == DEFAULT_TOLERANCES
+    ref_only = next(a for a in algs.values() if not a.has_emitter())
+    assert tolerances_of(ref_only) == DEFAULT_TOLERANCES[:1]
+
+    class Own(type(algs["inverse_dynamics"])):
+        tolerances = (("reference vs something", "float64", 1e-12),)
+
+    assert tolerances_of(Own()) == (("reference vs something", "float64", 1e-12),)
+
+
+def test_header_signatures_cut_one_line_signatures():
+    header = "\n".join([
+        "// does things",
+        "template <typename T>",
+        "__device__ void foo_inner(T *s_x, const T *s_y) {",
+        "    foo_inner_helper(s_x);",
+        "}",
+        "template <typename T, int RESOURCE_TIER = TIER_SHARED>",
+        "__global__ void __launch_bounds__(tier_max_threads<RESOURCE_TIER>()) foo_kernel(T *d_x) {",
+        "}",
+        "__host__ int foo_resolve_layout(int n, int layout) {",
+        "}",
+        "__host__ void foo(gridData<T> *hd_data) {",
+        "    foo_launch<T>(x);",
+        "}",
+    ])
+    sigs = header_signatures(header, "foo")
+    assert [f for f, _, _ in sigs] == ["foo_inner", "foo_kernel", "foo"]
+    assert sigs[0][2] == "// does things\ntemplate <typename T>\n__device__ void foo_inner(T *s_x, const T *s_y);"
+    assert sigs[1][2].endswith("foo_kernel(T *d_x);")
+
+
+def test_write_pages_removes_stale_generated_pages_only(tmp_path):
+    (tmp_path / "gone_algorithm.rst").write_text(MARKER + "\n\ngone\n====\n")
+    (tmp_path / "handwritten.rst").write_text("kept\n====\n")
+    written = write_pages(tmp_path, arena_robots=("iiwa14",))
+    assert not (tmp_path / "gone_algorithm.rst").exists()
+    assert (tmp_path / "handwritten.rst").exists()
+    assert {p.stem for p in written} == {"index", *registered()}
+    mtime = (tmp_path / "index.rst").stat().st_mtime_ns
+    write_pages(tmp_path, arena_robots=("iiwa14",))  # unchanged text: not rewritten
+    assert (tmp_path / "index.rst").stat().st_mtime_ns == mtime
+
+
+# -- the example plugin package ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory) -> tuple[Path, Path]:
+    """``(target, source)``: the example plugin pip-installed from a copy of its source."""
+    src = tmp_path_factory.mktemp("gravity_src") / PLUGIN.name
+    shutil.copytree(PLUGIN, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__",
+                                                               ".pytest_cache"))
+    target = tmp_path_factory.mktemp("gravity_site")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+         "--disable-pip-version-check", "--quiet", "--target", str(target), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (target / "grid_example_gravity-0.1.0.dist-info").is_dir()
+    return target, src
+
+
+def test_the_example_plugin_passes_its_own_tests(plugin_site, tmp_path):
+    target, src = plugin_site
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(src / "tests")],
+        capture_output=True, text=True, env=clean_env(target), cwd=tmp_path, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert re.search(r"\b\d+ passed\b", proc.stdout) and " failed" not in proc.stdout
+
+
+def test_the_example_plugin_gets_its_page(plugin_site, tmp_path):
+    target, _ = plugin_site
+    out = build_docs(tmp_path, site=target)
+    page = out / "algorithms" / "gravity_compensation.html"
+    assert page.is_file()
+    text = page_text(page)
+    assert "grid-example-gravity" in text
+    assert "gravity_compensation_kernel(" in text and "gravity_compensation_launch(" in text
+    assert "reference vs grid_core.Reference(robot).inverse_dynamics(q, 0, 0)" in text  # its own tolerances
+    assert 'href="gravity_compensation.html"' in (out / "algorithms" / "index.html").read_text()
+    # the built-in pages are all still there
+    for name in registered():
+        assert (out / "algorithms" / f"{name}.html").is_file(), name
