@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.algorithm import DEFAULT_GRAVITY
+from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.model import Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm
@@ -116,14 +116,7 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
     )
 
     def inputs(self, robot: Robot):
-        return (
-            Port("q", (robot.nq,), "joint configuration"),
-            Port("qd", (robot.nv,), "joint velocity"),
-            Port("tau", (robot.nv,), "joint forces"),
-            Port("f_ext", (robot.num_bodies, 6), "external force per body, body frame, [force; moment]",
-                 optional=True),
-            Port("gravity", (3,), "gravity vector in the world frame", kind="param", default=DEFAULT_GRAVITY),
-        )
+        return dynamics_inputs(robot, "tau")
 
     def outputs(self, robot: Robot, **options):
         return (Port("qdd", (robot.nv,), "joint accelerations"),)

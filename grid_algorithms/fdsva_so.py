@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.algorithm import DEFAULT_GRAVITY
+from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.model import Robot
 from grid_core.review import ParallelismReview, not_applicable, todo
 
@@ -90,14 +90,7 @@ With :math:`\ddot q = \mathrm{FD}(q, \dot q, \tau)` and the inverse-dynamics ten
     )
 
     def inputs(self, robot: Robot):
-        return (
-            Port("q", (robot.nq,), "joint configuration"),
-            Port("qd", (robot.nv,), "joint velocity"),
-            Port("tau", (robot.nv,), "joint forces"),
-            Port("f_ext", (robot.num_bodies, 6), "external force per body, body frame, [force; moment]",
-                 optional=True),
-            Port("gravity", (3,), "gravity vector in the world frame", kind="param", default=DEFAULT_GRAVITY),
-        )
+        return dynamics_inputs(robot, "tau")
 
     def outputs(self, robot: Robot, **options):
         n = robot.nv

@@ -62,7 +62,7 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.algorithm import DEFAULT_GRAVITY
+from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.model import JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm, plux_inv
@@ -376,14 +376,7 @@ all of it in the frame of :math:`i`; world-frame form: all in the world frame.  
     )
 
     def inputs(self, robot: Robot):
-        return (
-            Port("q", (robot.nq,), "joint configuration"),
-            Port("qd", (robot.nv,), "joint velocity"),
-            Port("qdd", (robot.nv,), "joint acceleration"),
-            Port("f_ext", (robot.num_bodies, 6), "external force per body, body frame, [force; moment]",
-                 optional=True),
-            Port("gravity", (3,), "gravity vector in the world frame", kind="param", default=DEFAULT_GRAVITY),
-        )
+        return dynamics_inputs(robot, "qdd")
 
     def outputs(self, robot: Robot, **options):
         n = robot.nv

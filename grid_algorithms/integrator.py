@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.algorithm import DEFAULT_GRAVITY
+from grid_core.algorithm import DEFAULT_GRAVITY, f_ext_port, gravity_port
 from grid_core.errors import InputError
 from grid_core.model import JointType, Robot
 from grid_core.model.spatial import quat_to_matrix, skew
@@ -161,9 +161,8 @@ def state_ports(robot: Robot) -> tuple[Port, ...]:
         Port("dt", (), "time step (s), shared by the batch", kind="param"),
         Port("method", (), f"integration scheme: {' or '.join(METHODS)}", kind="option",
              default="semi_implicit_euler"),
-        Port("f_ext", (robot.num_bodies, 6), "external force per body, body frame, [force; moment]",
-             optional=True),
-        Port("gravity", (3,), "gravity vector in the world frame", kind="param", default=DEFAULT_GRAVITY),
+        f_ext_port(robot),
+        gravity_port(),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.algorithm import DEFAULT_GRAVITY
+from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import ArenaRegion, SpillRung, Tier
 from grid_core.emit import arena_emit
 from grid_core.emit import nodes as n
@@ -20,7 +20,7 @@ from grid_core.emit.expr import Scope, sum_terms
 from grid_core.model import Body, JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm
-from grid_core.review import ParallelismReview, done, not_applicable, todo
+from grid_core.review import ParallelismReview, done
 
 
 def gravity_accel(gravity) -> np.ndarray:
@@ -177,32 +177,25 @@ class RneaSteps:
         scope.assign(arr["tau"](dof), sum_terms(terms))
 
 
-def _block_arrays(robot: Robot) -> dict:
+def _arrays(prefix: str, qdd=None) -> dict:
+    """Where RNEA's steps read and write: shared-memory arrays (prefix ``s_``) in the block
+    layout, local arrays (kept in registers) in the per-state layout."""
+
+    def vector(name):
+        return lambda i: f"{prefix}{name}[{i}]"
+
+    def per_body(name):
+        return lambda b, k: f"{prefix}{name}[{6 * b + k}]"
+
     return {
-        "q": lambda i: f"s_q[{i}]",
-        "qd": lambda i: f"s_qd[{i}]",
-        "qdd": lambda i: f"s_qdd[{i}]",
-        "xi": lambda i: f"s_XI[{i}]",
-        "v": lambda b, k: f"s_v[{6 * b + k}]",
-        "a": lambda b, k: f"s_a[{6 * b + k}]",
-        "f": lambda b, k: f"s_f[{6 * b + k}]",
-        "tau": lambda i: f"s_tau[{i}]",
-        "f_ext": "f_ext",
+        "q": vector("q"), "qd": vector("qd"), "qdd": qdd or vector("qdd"), "xi": vector("XI"),
+        "v": per_body("v"), "a": per_body("a"), "f": per_body("f"), "tau": vector("tau"), "f_ext": "f_ext",
     }
 
 
-def _state_arrays(robot: Robot) -> dict:
-    return {
-        "q": lambda i: f"q[{i}]",
-        "qd": lambda i: f"qd[{i}]",
-        "qdd": lambda i: f"(USE_QDD ? qdd[{i}] : T(0))",
-        "xi": lambda i: f"XI[{i}]",
-        "v": lambda b, k: f"v[{6 * b + k}]",
-        "a": lambda b, k: f"a[{6 * b + k}]",
-        "f": lambda b, k: f"f[{6 * b + k}]",
-        "tau": lambda i: f"tau[{i}]",
-        "f_ext": "f_ext",
-    }
+_BLOCK_ARRAYS = _arrays("s_")
+# the per-state kernel is instantiated without an acceleration input for the bias forces
+_STATE_ARRAYS = _arrays("", qdd=lambda i: f"(USE_QDD ? qdd[{i}] : T(0))")
 
 
 _GRAVITY = [n.Stmt("const T a0x = -gravity.x"), n.Stmt("const T a0y = -gravity.y"),
@@ -230,7 +223,7 @@ class InverseDynamicsEmitter(Emitter):
 
     def inner(self, ctx: EmitContext) -> list:
         robot = ctx.robot
-        steps = RneaSteps(robot, _block_arrays(robot), "f_ext != nullptr")
+        steps = RneaSteps(robot, _BLOCK_ARRAYS, "f_ext != nullptr")
         topo = robot.topology
         form = self.sweep_form(ctx)
         body: list = [
@@ -384,7 +377,7 @@ class InverseDynamicsEmitter(Emitter):
     def per_state(self, ctx: EmitContext) -> list:
         robot = ctx.robot
         topo = robot.topology
-        steps = RneaSteps(robot, _state_arrays(robot), "USE_F_EXT")
+        steps = RneaSteps(robot, _STATE_ARRAYS, "USE_F_EXT")
         scope = Scope("t")
         # Depth-first order with eager backward steps: as soon as a subtree is complete its
         # force goes to the parent and its joint force is written, so only the forces of
@@ -396,7 +389,7 @@ class InverseDynamicsEmitter(Emitter):
         for dof, contrib in single.items():
             by_body.setdefault(contrib[0][0].index, []).append((dof, contrib))
         for b in robot.bodies:
-            ss.xi_update(scope, robot, b, _state_arrays(robot)["q"], _state_arrays(robot)["xi"])
+            ss.xi_update(scope, robot, b, _STATE_ARRAYS["q"], _STATE_ARRAYS["xi"])
             steps.forward(scope, b)
             c = b.index
             while c >= 0 and last[c] == b.index:
@@ -669,14 +662,7 @@ leaves to root: :math:`\tau_i = S_i^T f_i`, :math:`f_{\lambda(i)} \mathrel{+}= X
     emitter = InverseDynamicsEmitter
 
     def inputs(self, robot: Robot):
-        return (
-            Port("q", (robot.nq,), "joint configuration"),
-            Port("qd", (robot.nv,), "joint velocity"),
-            Port("qdd", (robot.nv,), "joint acceleration"),
-            Port("f_ext", (robot.num_bodies, 6), "external force per body, body frame, [force; moment]",
-                 optional=True),
-            Port("gravity", (3,), "gravity vector in the world frame", kind="param", default=DEFAULT_GRAVITY),
-        )
+        return dynamics_inputs(robot, "qdd")
 
     def outputs(self, robot: Robot):
         return (Port("tau", (robot.nv,), "joint forces"),)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.algorithm import DEFAULT_GRAVITY
+from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.model import Robot
 from grid_core.model.joints import body_q, effective_subspace, joint_transform
 from grid_core.model.spatial import crf, crm, skew
@@ -117,14 +117,7 @@ with :math:`\bar h\, x = x \times^* h`; the backward sweep
     )
 
     def inputs(self, robot: Robot):
-        return (
-            Port("q", (robot.nq,), "joint configuration"),
-            Port("qd", (robot.nv,), "joint velocity"),
-            Port("qdd", (robot.nv,), "joint acceleration"),
-            Port("f_ext", (robot.num_bodies, 6), "external force per body, body frame, [force; moment]",
-                 optional=True),
-            Port("gravity", (3,), "gravity vector in the world frame", kind="param", default=DEFAULT_GRAVITY),
-        )
+        return dynamics_inputs(robot, "qdd")
 
     def outputs(self, robot: Robot, **options):
         return (

@@ -70,6 +70,31 @@ class Port:
 
 DEFAULT_GRAVITY = (0.0, 0.0, -9.81)
 
+_THIRD = {"qdd": "joint acceleration", "tau": "joint forces"}
+
+
+def f_ext_port(robot: Robot) -> Port:
+    """The optional external forces: one spatial force per body, body frame, ``[force; moment]``."""
+    return Port("f_ext", (robot.num_bodies, 6), "external force per body, body frame, [force; moment]",
+                optional=True)
+
+
+def gravity_port() -> Port:
+    return Port("gravity", (3,), "gravity vector in the world frame", kind="param", default=DEFAULT_GRAVITY)
+
+
+def dynamics_inputs(robot: Robot, third: str) -> tuple[Port, ...]:
+    """``(q, qd, qdd | tau, f_ext, gravity)``: the inputs the dynamics algorithms share.
+
+    ``third`` is ``"qdd"`` (the inverse-dynamics family) or ``"tau"`` (forward dynamics)."""
+    return (
+        Port("q", (robot.nq,), "joint configuration"),
+        Port("qd", (robot.nv,), "joint velocity"),
+        Port(third, (robot.nv,), _THIRD[third]),
+        f_ext_port(robot),
+        gravity_port(),
+    )
+
 
 class Algorithm:
     """Base class of every algorithm (see the module docstring for the slots)."""

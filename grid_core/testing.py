@@ -113,6 +113,9 @@ def tangent_fd(robot: Robot, f, q: np.ndarray, h: float = 1e-6) -> np.ndarray:
 
 from .backends import LAYOUTS, Emulated  # noqa: E402  (the host-emulated backend, DESIGN §2)
 
+__all__ = ["LAYOUTS", "Emulated", "assert_close", "central_fd", "integrate", "random_q", "random_state",
+           "rel_error", "tangent_bracket", "tangent_fd"]
+
 
 def tangent_bracket(robot: Robot) -> np.ndarray:
     """Structure constants of the tangent space: ``C[m, a, b] = [e_a, e_b]_m`` (shape ``(nv,) * 3``).
