@@ -122,3 +122,20 @@ def test_per_algorithm_launch_configuration(rng):
     assert_close(emu.inverse_dynamics(q, qd, qdd), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-9)
     with pytest.raises(ValueError, match="layout must be one of"):
         emu.configure(layout="diagonal")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_non_finite_inputs_are_named_on_the_fast_path(dtype, rng):
+    """The library checks inputs while staging them; the error names the argument."""
+    from grid_core.errors import InputError
+
+    robot = load("hyq")
+    emu = Emulated(robot, ["inverse_dynamics"], dtype)
+    q, qd, qdd = (x.astype(dtype) for x in random_state(robot, rng, 8))
+    f_ext = rng.normal(size=(8, robot.num_bodies, 6)).astype(dtype)
+    for i, name in enumerate(("q", "qd", "qdd", "f_ext")):
+        for bad in (np.nan, np.inf, -np.inf):
+            args = [q.copy(), qd.copy(), qdd.copy(), f_ext.copy()]
+            args[i].reshape(-1)[11] = bad
+            with pytest.raises(InputError, match=f"argument '{name}' contains NaN or inf"):
+                emu.inverse_dynamics(*args)
