@@ -131,3 +131,11 @@ def pin_forward_dynamics(robot, q, qd, tau, f_ext=None, model=None):
         M = symmetrise_upper(pin.crba(model, data, pq))
         return np.linalg.solve(M, tau - pin.rnea(model, data, pq, qd, np.zeros(robot.nv), *extra))
     return pin.aba(model, data, pq, qd, tau, *extra)
+
+
+def robot_cases(exclude=()) -> list[tuple[str, bool | None]]:
+    """``(name, floating_base)`` cases of the reference tests: the catalogue's robots at their
+    natural base (minus ``exclude``), and the mimic robots on a free-flyer."""
+    from conftest import ROBOTS
+
+    return [(name, None) for name in ROBOTS if name not in exclude] + list(FLOATING_MIMIC)

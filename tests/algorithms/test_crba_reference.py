@@ -8,10 +8,10 @@ import pytest
 from conftest import ROBOTS
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.pin_bridge import FLOATING_MIMIC, pin_model, symmetrise_upper, to_pin_q
+from tests.pin_bridge import pin_model, robot_cases, symmetrise_upper, to_pin_q
 
 REL = 1e-9
-CASES = [(name, None) for name in ROBOTS] + list(FLOATING_MIMIC)
+CASES = robot_cases()
 
 
 @pytest.mark.parametrize("name, floating", CASES)

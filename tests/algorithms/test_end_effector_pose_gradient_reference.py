@@ -10,15 +10,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import ROBOTS
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state, tangent_fd
-from tests.pin_bridge import FLOATING_MIMIC, pin_frame_id, pin_model, to_pin_q
+from tests.pin_bridge import pin_frame_id, pin_model, robot_cases, to_pin_q
 
 REL = 1e-9
 REL_FD = 1e-6
 H = 1e-6
-CASES = [(name, None) for name in ROBOTS] + list(FLOATING_MIMIC)
+CASES = robot_cases()
 
 
 @pytest.mark.parametrize("name, floating", CASES)

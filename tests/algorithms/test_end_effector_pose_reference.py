@@ -5,14 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import ROBOTS
 from grid_core import Reference
 from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_state
-from tests.pin_bridge import FLOATING_MIMIC, pin_frame_id, pin_model, to_pin_q
+from tests.pin_bridge import pin_frame_id, pin_model, robot_cases, to_pin_q
 
 REL = 1e-9
-CASES = [(name, None) for name in ROBOTS] + list(FLOATING_MIMIC)
+CASES = robot_cases()
 
 
 @pytest.mark.parametrize("name, floating", CASES)

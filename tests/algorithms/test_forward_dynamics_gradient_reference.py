@@ -20,11 +20,11 @@ from conftest import ROBOTS
 from grid_core import Reference, algorithms
 from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
 from tests.pin_bridge import (
-    FLOATING_MIMIC,
     ILL_CONDITIONED,
     pin_forces,
     pin_forward_dynamics,
     pin_model,
+    robot_cases,
     to_pin_q,
 )
 
@@ -32,7 +32,7 @@ REL = 1e-9
 REL_FD = 1e-6
 H = 1e-5
 WELL_CONDITIONED = [name for name in ROBOTS if name not in ILL_CONDITIONED]
-CASES = [(name, None) for name in WELL_CONDITIONED] + list(FLOATING_MIMIC)
+CASES = robot_cases(exclude=ILL_CONDITIONED)
 
 
 def pin_aba_derivatives(robot, q, qd, tau, f_ext):

@@ -11,11 +11,11 @@ import pytest
 from conftest import ROBOTS
 from grid_core import Reference, algorithms
 from grid_core.testing import assert_close, random_state
-from tests.pin_bridge import FLOATING_MIMIC, ILL_CONDITIONED, pin_forward_dynamics
+from tests.pin_bridge import ILL_CONDITIONED, pin_forward_dynamics, robot_cases
 
 REL = 1e-9
 WELL_CONDITIONED = [name for name in ROBOTS if name not in ILL_CONDITIONED]
-CASES = [(name, None) for name in WELL_CONDITIONED] + list(FLOATING_MIMIC)
+CASES = robot_cases(exclude=ILL_CONDITIONED)
 
 
 @pytest.mark.parametrize("name, floating", CASES)

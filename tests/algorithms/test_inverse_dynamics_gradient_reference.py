@@ -16,12 +16,12 @@ import pytest
 from conftest import MIMIC_ROBOTS, ROBOTS
 from grid_core import Reference
 from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
-from tests.pin_bridge import FLOATING_MIMIC, pin_forces, pin_model, to_pin_q
+from tests.pin_bridge import pin_forces, pin_model, robot_cases, to_pin_q
 
 REL = 1e-9
 REL_FD = 1e-6
 H = 1e-6
-CASES = [(name, None) for name in ROBOTS] + list(FLOATING_MIMIC)
+CASES = robot_cases()
 
 
 def pin_rnea_derivatives(robot, q, qd, qdd, f_ext):
