@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import grid_core
 from grid_core import Algorithm, Port, Reference, RobotLoader, hookimpl
 from grid_core.errors import PluginError
 from grid_core.hooks import build_registry
