@@ -30,6 +30,14 @@ def default_frames(robot: Robot) -> tuple[str, ...]:
     return tuple(robot.bodies[i].name for i in robot.leaf_bodies())
 
 
+def frame_inputs(robot: Robot) -> tuple[Port, ...]:
+    """``(q, frames)``: the inputs of the end-effector family (pose, gradient, Hessian)."""
+    return (
+        Port("q", (robot.nq,), "joint configuration"),
+        Port("frames", (), "frame names (default: the leaf bodies' frames)", kind="option"),
+    )
+
+
 def resolve_frames(robot: Robot, frames, algorithm: str) -> tuple[Frame, ...]:
     """The :class:`Frame` objects named by ``frames`` (an :class:`InputError` names a bad one)."""
     if frames is None:
@@ -87,10 +95,7 @@ kinematics) composed with the frame's fixed placement in that body.
     )
 
     def inputs(self, robot: Robot):
-        return (
-            Port("q", (robot.nq,), "joint configuration"),
-            Port("frames", (), "frame names (default: the leaf bodies' frames)", kind="option"),
-        )
+        return frame_inputs(robot)
 
     def outputs(self, robot: Robot, frames=None, **options):
         n = len(resolve_frames(robot, frames, self.name))

@@ -23,7 +23,7 @@ from grid_core.model import Robot
 from grid_core.model.joints import effective_subspace
 from grid_core.review import ParallelismReview, not_applicable, todo
 
-from .end_effector_pose import frame_poses, resolve_frames
+from .end_effector_pose import frame_inputs, frame_poses, resolve_frames
 
 
 def frame_jacobians(robot: Robot, world_T_body, frames) -> np.ndarray:
@@ -68,10 +68,7 @@ For each body :math:`j` supporting the frame (origin :math:`p_f`), with world po
     )
 
     def inputs(self, robot: Robot):
-        return (
-            Port("q", (robot.nq,), "joint configuration"),
-            Port("frames", (), "frame names (default: the leaf bodies' frames)", kind="option"),
-        )
+        return frame_inputs(robot)
 
     def outputs(self, robot: Robot, frames=None, **options):
         n = len(resolve_frames(robot, frames, self.name))

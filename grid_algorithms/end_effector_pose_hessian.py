@@ -34,7 +34,7 @@ from grid_core.model import Robot
 from grid_core.model.joints import motion_subspace
 from grid_core.review import ParallelismReview, not_applicable, todo
 
-from .end_effector_pose import frame_poses, resolve_frames
+from .end_effector_pose import frame_inputs, frame_poses, resolve_frames
 from .idsva_so import relaxed_map
 
 
@@ -102,10 +102,7 @@ With :math:`s_c = [\omega_c; \nu_c]` the world-frame column :math:`c` at the wor
     )
 
     def inputs(self, robot: Robot):
-        return (
-            Port("q", (robot.nq,), "joint configuration"),
-            Port("frames", (), "frame names (default: the leaf bodies' frames)", kind="option"),
-        )
+        return frame_inputs(robot)
 
     def outputs(self, robot: Robot, frames=None, **options):
         n = len(resolve_frames(robot, frames, self.name))
