@@ -8,9 +8,18 @@ For every emitted algorithm ``X`` and precision ``f32`` / ``f64``::
                        int num_timesteps, int layout, int tier, int threads, int blocks,
                        void *stream);
 
-returning a ``cudaError_t``; plus ``grid_abi_info`` (sizes), ``grid_abi_synchronize``
-and ``grid_abi_error_string``.  The workspace a launch needs is grown on demand
-(one buffer per precision, guarded by a mutex).
+returning a ``cudaError_t``; a host-pointer form ``grid_abi_X_f64_host(..., int transfer)``
+(synchronous, staged through reused pinned buffers); packed forms of both
+(``grid_abi_X_f64_packed`` / ``_host_packed``) taking one array of 64-bit words, which is what
+the Python runtime calls (one ctypes argument instead of a dozen converted ones); plus
+``grid_abi_info`` (sizes), ``grid_abi_synchronize`` and ``grid_abi_error_string``.  The
+workspace a launch needs is grown on demand (one buffer per precision, guarded by a mutex).
+
+The host form moves small batches through *mapped* pinned memory (the kernel reads and
+writes host memory over the bus: no copy-engine transfer to set up, which is most of a
+small call's cost) and larger ones through the copy engine (one transfer each way):
+``transfer`` 0 picks by size (:data:`MAPPED_MAX_ELEMENTS`), 1 forces the copy engine,
+2 mapped memory.
 """
 
 from __future__ import annotations
@@ -22,6 +31,14 @@ from .composer import resolve_algorithms
 from .model import Robot
 
 DTYPES = {"f32": "float", "f64": "double"}
+TRANSFERS = {"auto": 0, "copy": 1, "mapped": 2}
+# Largest batch, in input elements (states x values per state), that the host form moves
+# through mapped memory.  Each element is one load over the bus, so the cost grows with it;
+# on the H200 (benchmarks/results, runtime phase) mapped memory was faster up to ~400 g1
+# states (42k elements) and at every iiwa14 batch to 4096 (86k).
+MAPPED_MAX_ELEMENTS = 40960
+# Word index layout of the packed entries: the arguments in order, then these.
+PACKED_TAIL = ("num_timesteps", "layout", "tier", "threads", "blocks", "stream_or_transfer")
 
 
 @attrs.frozen
@@ -58,6 +75,7 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
     lines = [
         "// Generated C ABI over a GRiD header (grid_core.abi); do not edit.",
         f'#include "{header_name}"',
+        "#include <cstdint>",
         "#include <map>",
         "#include <mutex>",
         "#include <vector>",
@@ -84,45 +102,68 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "    return per_stream[stream];",
         "}",
         "",
-        "// Host-path staging: reused device buffers and pinned host buffers, one set per entry point.",
-        "struct Buffer { void *device = nullptr; void *pinned = nullptr; size_t bytes = 0; };",
+        "#ifdef GRID_HOST_EMULATION",
+        "// The pinned/mapped-memory subset the host form uses, on host memory.",
+        "enum : unsigned { cudaStreamNonBlocking = 1, cudaHostAllocMapped = 2, cudaHostAllocWriteCombined = 4 };",
+        "inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { return cudaStreamCreate(s); }",
+        "inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned) { return cudaMalloc(p, n); }",
+        "inline cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned) { *d = h; return cudaSuccess; }",
+        "#endif",
+        "",
+        "// Host-form buffers, one set per entry point: pinned staging + device copies (copy engine),",
+        "// or mapped pinned memory the kernel reads and writes in place.",
+        "struct Buffer { void *device = nullptr; void *pinned = nullptr; size_t bytes = 0; bool mapped = false; };",
         "struct Staging {",
         "    std::mutex lock;",
         "    cudaStream_t stream = nullptr;",
         "    bool has_stream = false;",
         "    std::vector<Buffer> buffers;",
+        "    // index 0/1: outputs/inputs through the copy engine; 2/3: outputs/inputs mapped",
         "    cudaError_t ensure(size_t index, size_t bytes) {",
         "        if (!has_stream) {",
-        "            cudaError_t err = cudaStreamCreate(&stream);",
+        "            // non-blocking: never serialised against other libraries' work on the legacy stream",
+        "            cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);",
         "            if (err != cudaSuccess) return err;",
         "            has_stream = true;",
         "        }",
         "        if (buffers.size() <= index) buffers.resize(index + 1);",
         "        Buffer &b = buffers[index];",
         "        if (bytes <= b.bytes) return cudaSuccess;",
-        "        if (b.device) cudaFree(b.device);",
+        "        if (b.device && !b.mapped) cudaFree(b.device);",
         "        if (b.pinned) cudaFreeHost(b.pinned);",
         "        b.device = b.pinned = nullptr;",
         "        b.bytes = 0;",
-        "        cudaError_t err = cudaMalloc(&b.device, bytes);",
-        "        if (err == cudaSuccess) err = cudaMallocHost(&b.pinned, bytes);",
+        "        b.mapped = index >= 2;",
+        "        cudaError_t err;",
+        "        if (b.mapped) {",
+        "            // inputs are only written by the CPU (write-combined is faster there); outputs are read back",
+        "            err = cudaHostAlloc(&b.pinned, bytes, index == 3 ? cudaHostAllocMapped | cudaHostAllocWriteCombined",
+        "                                                             : cudaHostAllocMapped);",
+        "            if (err == cudaSuccess) err = cudaHostGetDevicePointer(&b.device, b.pinned, 0);",
+        "        } else {",
+        "            err = cudaMalloc(&b.device, bytes);",
+        "            if (err == cudaSuccess) err = cudaMallocHost(&b.pinned, bytes);",
+        "        }",
         "        if (err == cudaSuccess) b.bytes = bytes;",
         "        return err;",
         "    }",
         "};",
         "}  // namespace",
         "",
+        f"#define GRID_ABI_MAPPED_MAX_ELEMENTS {MAPPED_MAX_ELEMENTS}",
         "#define GRID_ABI_TRY(expr) do { cudaError_t e_ = (expr); if (e_ != cudaSuccess) return int(e_); } while (0)",
         "// Host-path return code for a NaN or inf in state input k (k counted from 0): -1000 - k.",
         "#define GRID_ABI_NONFINITE_INPUT (-1000)",
-        "// NaN or inf has every exponent bit set: a branch-free test the compiler vectorises.",
-        "template <typename T> bool all_finite(const T *x, size_t n) {",
+        "// Copies n values and tells whether all are finite (NaN and inf have every exponent bit set):",
+        "// one branch-free pass the compiler vectorises, so the check costs no second read.",
+        "template <typename T> bool copy_finite(T *dst, const T *src, size_t n) {",
         "    using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;",
         "    const U mask = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);",
         "    U bad = 0;",
         "    for (size_t i = 0; i < n; ++i) {",
         "        U bits;",
-        "        std::memcpy(&bits, x + i, sizeof(T));",
+        "        std::memcpy(&bits, src + i, sizeof(T));",
+        "        std::memcpy(dst + i, &bits, sizeof(T));",
         "        bad |= U((bits & mask) == mask);",
         "    }",
         "    return bad == 0;",
@@ -161,94 +202,123 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "",
     ]
     for fn in abi_functions(robot, algorithms):
-        T = DTYPES[fn.dtype]
-        ports = list(fn.outputs) + list(fn.inputs) + list(fn.params)
-        args = [f"{T} *{p.name}" for p in fn.outputs]
-        args += [f"const {T} *{p.name}" for p in fn.inputs]
-        args += [f"const {T} *{p.name}" for p in fn.params]
-        tail = ["int num_timesteps", "int layout", "int tier", "int threads", "int blocks"]
-        call = [p.name for p in ports]
-        cfg = [
-            f"    {ns}::LaunchConfig cfg;",
-            "    cfg.layout = layout; cfg.tier = tier; cfg.threads = threads; cfg.blocks = blocks;",
-        ]
-        launch = (f"{ns}::{fn.algorithm}_launch<{T}>({{args}}, num_timesteps, cfg, ws.ptr, ws.bytes, "
-                  "static_cast<cudaStream_t>(stream))")
-        lines += [
-            f"// {fn.algorithm}: device pointers, asynchronous on `stream`.",
-            f"int {fn.symbol}({', '.join(args + tail + ['void *stream'])}) {{",
-            *cfg,
-            f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
-            "    std::lock_guard<std::mutex> guard(workspace_lock);",
-            f"    Workspace<{T}> &ws = workspace<{T}>(stream);",
-            "    GRID_ABI_TRY(ws.ensure(need));",
-            f"    return int({launch.format(args=', '.join(call))});",
-            "}",
-            "",
-        ]
-        # the host path: one call stages every array through reused pinned and device buffers,
-        # all inputs in one transfer and all outputs in one
-        def elems_of(p):
-            e = 1
-            for d in p.shape:
-                e *= int(d)
-            return e
-
-        body = [
-            f"// {fn.algorithm}: host pointers; staged through pinned buffers (one copy each way), synchronous.",
-            f"int {fn.symbol}_host({', '.join(args + tail)}) {{",
-            "    static Staging staging;",
-            "    std::lock_guard<std::mutex> guard(staging.lock);",
-            "    const size_t n = size_t(num_timesteps);",
-            "    // 256-byte aligned slices of one input and one output buffer",
-            "    auto slice = [](size_t bytes) { return (bytes + 255) / 256 * 256; };",
-        ]
-        out_sizes = [f"n * {elems_of(p)} * sizeof({T})" for p in fn.outputs]
-        in_sizes = [f"n * {elems_of(p)} * sizeof({T})" for p in fn.inputs]
-        body.append("    size_t out_bytes = 0, in_bytes = 0;")
-        for i, (p, size) in enumerate(zip(fn.outputs, out_sizes)):
-            body.append(f"    const size_t o_{p.name} = out_bytes; out_bytes += slice({size});")
-        for p, size in zip(fn.inputs, in_sizes):
-            body.append(f"    const size_t i_{p.name} = in_bytes; if ({p.name} != nullptr) in_bytes += slice({size});")
-        body += [
-            "    GRID_ABI_TRY(staging.ensure(0, out_bytes));",
-            "    GRID_ABI_TRY(staging.ensure(1, in_bytes > 0 ? in_bytes : 256));",
-            "    char *h_out = static_cast<char *>(staging.buffers[0].pinned);",
-            "    char *d_out = static_cast<char *>(staging.buffers[0].device);",
-            "    char *h_in = static_cast<char *>(staging.buffers[1].pinned);",
-            "    char *d_in = static_cast<char *>(staging.buffers[1].device);",
-        ]
-        dev = [f"reinterpret_cast<{T} *>(d_out + o_{p.name})" for p in fn.outputs]
-        for k, (p, size) in enumerate(zip(fn.inputs, in_sizes)):
-            body += [
-                f"    const {T} *d_{p.name} = nullptr;",
-                f"    if ({p.name} != nullptr) {{",
-                f"        if (!all_finite({p.name}, n * {elems_of(p)})) return GRID_ABI_NONFINITE_INPUT - {k};",
-                f"        std::memcpy(h_in + i_{p.name}, {p.name}, {size});",
-                f"        d_{p.name} = reinterpret_cast<const {T} *>(d_in + i_{p.name});",
-                "    }",
-            ]
-            dev.append(f"d_{p.name}")
-        dev += [p.name for p in fn.params]
-        body += [
-            "    if (in_bytes > 0)",
-            "        GRID_ABI_TRY(cudaMemcpyAsync(d_in, h_in, in_bytes, cudaMemcpyHostToDevice, staging.stream));",
-            "    if (poison_outputs) GRID_ABI_TRY(cudaMemsetAsync(d_out, 0xff, out_bytes, staging.stream));",
-            "    void *stream = staging.stream;",
-            *cfg,
-            f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
-            "    {",
-            "        std::lock_guard<std::mutex> wguard(workspace_lock);",
-            f"        Workspace<{T}> &ws = workspace<{T}>(stream);",
-            "        GRID_ABI_TRY(ws.ensure(need));",
-            f"        GRID_ABI_TRY({launch.format(args=', '.join(dev))});",
-            "    }",
-            "    GRID_ABI_TRY(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, staging.stream));",
-            "    GRID_ABI_TRY(cudaStreamSynchronize(staging.stream));",
-        ]
-        for p, size in zip(fn.outputs, out_sizes):
-            body.append(f"    std::memcpy({p.name}, h_out + o_{p.name}, {size});")
-        body += ["    return 0;", "}", ""]
-        lines += body
+        lines += _function_source(fn, ns)
     lines += ['}  // extern "C"', ""]
     return "\n".join(lines)
+
+
+def _elements(port: Port) -> int:
+    e = 1
+    for d in port.shape:
+        e *= int(d)
+    return e
+
+
+def _function_source(fn: AbiFunction, ns: str) -> list[str]:
+    """The device form, the host form and their packed forms of one algorithm in one precision."""
+    T = DTYPES[fn.dtype]
+    ports = list(fn.outputs) + list(fn.inputs) + list(fn.params)
+    args = [f"{T} *{p.name}" for p in fn.outputs]
+    args += [f"const {T} *{p.name}" for p in fn.inputs]
+    args += [f"const {T} *{p.name}" for p in fn.params]
+    tail = ["int num_timesteps", "int layout", "int tier", "int threads", "int blocks"]
+    cfg = [
+        f"    {ns}::LaunchConfig cfg;",
+        "    cfg.layout = layout; cfg.tier = tier; cfg.threads = threads; cfg.blocks = blocks;",
+    ]
+    launch = (f"{ns}::{fn.algorithm}_launch<{T}>({{args}}, num_timesteps, cfg, ws.ptr, ws.bytes, "
+              "static_cast<cudaStream_t>(stream))")
+    lines = [
+        f"// {fn.algorithm}: device pointers, asynchronous on `stream`.",
+        f"int {fn.symbol}({', '.join(args + tail + ['void *stream'])}) {{",
+        *cfg,
+        f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
+        "    std::lock_guard<std::mutex> guard(workspace_lock);",
+        f"    Workspace<{T}> &ws = workspace<{T}>(stream);",
+        "    GRID_ABI_TRY(ws.ensure(need));",
+        f"    return int({launch.format(args=', '.join(p.name for p in ports))});",
+        "}",
+        "",
+    ]
+    # the host form: inputs staged into one buffer and outputs out of one, through mapped
+    # memory (small batches) or the copy engine (one transfer each way)
+    out_sizes = [f"n * {_elements(p)} * sizeof({T})" for p in fn.outputs]
+    in_sizes = [f"n * {_elements(p)} * sizeof({T})" for p in fn.inputs]
+    in_elements = " + ".join(f"({p.name} != nullptr ? {_elements(p)} : 0)" for p in fn.inputs) or "0"
+    body = [
+        f"// {fn.algorithm}: host pointers, synchronous.  transfer: 0 by size, 1 copy engine, 2 mapped memory.",
+        f"int {fn.symbol}_host({', '.join(args + tail + ['int transfer'])}) {{",
+        "    static Staging staging;",
+        "    std::lock_guard<std::mutex> guard(staging.lock);",
+        "    const size_t n = size_t(num_timesteps);",
+        "    // 256-byte aligned slices of one input and one output buffer",
+        "    auto slice = [](size_t bytes) { return (bytes + 255) / 256 * 256; };",
+        "    size_t out_bytes = 0, in_bytes = 0;",
+    ]
+    for p, size in zip(fn.outputs, out_sizes):
+        body.append(f"    const size_t o_{p.name} = out_bytes; out_bytes += slice({size});")
+    for p, size in zip(fn.inputs, in_sizes):
+        body.append(f"    const size_t i_{p.name} = in_bytes; if ({p.name} != nullptr) in_bytes += slice({size});")
+    body += [
+        f"    const bool mapped = transfer == 2 || (transfer == 0 && n * size_t({in_elements}) <= GRID_ABI_MAPPED_MAX_ELEMENTS);",
+        "    const size_t first = mapped ? 2 : 0;  // the buffer pair used",
+        "    GRID_ABI_TRY(staging.ensure(first, out_bytes));",
+        "    GRID_ABI_TRY(staging.ensure(first + 1, in_bytes > 0 ? in_bytes : 256));",
+        "    char *h_out = static_cast<char *>(staging.buffers[first].pinned);",
+        "    char *d_out = static_cast<char *>(staging.buffers[first].device);",
+        "    char *h_in = static_cast<char *>(staging.buffers[first + 1].pinned);",
+        "    char *d_in = static_cast<char *>(staging.buffers[first + 1].device);",
+    ]
+    dev = [f"reinterpret_cast<{T} *>(d_out + o_{p.name})" for p in fn.outputs]
+    for k, p in enumerate(fn.inputs):
+        body += [
+            f"    const {T} *d_{p.name} = nullptr;",
+            f"    if ({p.name} != nullptr) {{",
+            f"        if (!copy_finite(reinterpret_cast<{T} *>(h_in + i_{p.name}), {p.name}, n * {_elements(p)}))",
+            f"            return GRID_ABI_NONFINITE_INPUT - {k};",
+            f"        d_{p.name} = reinterpret_cast<const {T} *>(d_in + i_{p.name});",
+            "    }",
+        ]
+        dev.append(f"d_{p.name}")
+    dev += [p.name for p in fn.params]
+    body += [
+        "    void *stream = staging.stream;",
+        "    if (mapped) {",
+        "        if (poison_outputs) std::memset(h_out, 0xff, out_bytes);",
+        "    } else {",
+        "        if (in_bytes > 0)",
+        "            GRID_ABI_TRY(cudaMemcpyAsync(d_in, h_in, in_bytes, cudaMemcpyHostToDevice, staging.stream));",
+        "        if (poison_outputs) GRID_ABI_TRY(cudaMemsetAsync(d_out, 0xff, out_bytes, staging.stream));",
+        "    }",
+        *cfg,
+        f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
+        "    {",
+        "        std::lock_guard<std::mutex> wguard(workspace_lock);",
+        f"        Workspace<{T}> &ws = workspace<{T}>(stream);",
+        "        GRID_ABI_TRY(ws.ensure(need));",
+        f"        GRID_ABI_TRY({launch.format(args=', '.join(dev))});",
+        "    }",
+        "    if (!mapped)",
+        "        GRID_ABI_TRY(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, staging.stream));",
+        "    GRID_ABI_TRY(cudaStreamSynchronize(staging.stream));",
+    ]
+    for p, size in zip(fn.outputs, out_sizes):
+        body.append(f"    std::memcpy({p.name}, h_out + o_{p.name}, {size});")
+    body += ["    return 0;", "}", ""]
+    lines += body
+    # packed forms: word i is argument i (pointers as integers, 0 for none), then PACKED_TAIL
+    k = len(ports)
+    unpack = [f"reinterpret_cast<{'' if i < len(fn.outputs) else 'const '}{T} *>(uintptr_t(a[{i}]))"
+              for i in range(k)]
+    ints = [f"int(a[{k + j}])" for j in range(5)]
+    lines += [
+        f"// {fn.algorithm}: packed forms ({k} argument words, then {', '.join(PACKED_TAIL)}).",
+        f"int {fn.symbol}_packed(const uint64_t *a) {{",
+        f"    return {fn.symbol}({', '.join(unpack + ints)}, reinterpret_cast<void *>(uintptr_t(a[{k + 5}])));",
+        "}",
+        f"int {fn.symbol}_host_packed(const uint64_t *a) {{",
+        f"    return {fn.symbol}_host({', '.join(unpack + ints)}, int(a[{k + 5}]));",
+        "}",
+        "",
+    ]
+    return lines

@@ -9,20 +9,106 @@ method names and signatures as :class:`~grid_core.Reference` (DESIGN §3).
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 
+from .abi import PACKED_TAIL, TRANSFERS
 from .errors import GridError, InputError
 
 LAYOUTS = {"auto": 0, "block": 1, "per_state": 2}
+SETTINGS = ("layout", "tier", "threads", "blocks", "transfer")
 NONFINITE_INPUT = -1000  # GRID_ABI_NONFINITE_INPUT of grid_core.abi
 _FALLBACK = object()
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous, non-empty array: through the buffer protocol (a
+    fraction of ``a.ctypes.data``'s cost, which matters on a call path of a few µs)."""
+    try:
+        return _addressof(_from_buffer(a))
+    except (TypeError, ValueError, BufferError):  # read-only
+        return a.ctypes.data
+
+
+class _Plan:
+    """The lean call of one algorithm under one launch configuration, built once: the packed
+    C entries (:data:`grid_core.abi.PACKED_TAIL`), the expected shapes, the default params,
+    and per-thread argument words (ctypes releases the GIL during a call, so two threads
+    never share one array)."""
+
+    def __init__(self, backend: AbiBackend, alg):
+        ins, outs = backend._ports(alg)
+        states = [p for p in ins if p.kind == "state"]
+        params = [p for p in ins if p.kind == "param"]
+        self.name = alg.name
+        self.dtype = backend.dtype
+        self.state_shapes = [p.shape for p in states]
+        self.required = [not p.optional for p in states]
+        self.out_shapes = [p.shape for p in outs]
+        self.rank = len(states[0].shape) + 1 if states else -1
+        self.n_out, self.n_state = len(outs), len(states)
+        # the lean paths take params at their defaults only
+        self.ok = bool(states) and all(p.default is not None for p in params)
+        self.defaults = [np.ascontiguousarray(p.default, dtype=self.dtype) for p in params if p.default is not None]
+        k = len(outs) + len(states) + len(params)
+        self.i_n = k
+        layout, tier, threads, blocks, transfer = backend._settings_of(alg.name)
+        words = [0] * (k + len(PACKED_TAIL))
+        words[len(outs) + len(states):k] = [d.ctypes.data for d in self.defaults]
+        words[k + 1:k + 5] = [layout, tier, threads, blocks]
+        self._host_words = words[:-1] + [transfer]
+        self._device_words = words
+        self._type = ctypes.c_uint64 * len(words)
+        lib, stem = backend._lib(), f"grid_abi_{alg.name}_{backend._suffix()}"
+        self.host_fn = getattr(lib, f"{stem}_host_packed")  # no argtypes: an array passes as its address
+        self.device_fn = getattr(lib, f"{stem}_packed")
+        self.local = threading.local()
+        # the C form of the numpy path (grid_core.runtime.fastcall), when it could be built
+        from .runtime import fastcall
+
+        self.fastcall = fastcall.module()
+        self._template = self._type(*self._host_words)  # read by the C form, never written
+        self.fast_head = (ctypes.cast(self.host_fn, ctypes.c_void_p).value, ctypes.addressof(self._template),
+                          len(words), k, self.dtype.itemsize, self.dtype.char)
+        self.out_shapes_t = tuple(self.out_shapes)
+        self.state_shapes_t = tuple(self.state_shapes)
+        self.required_t = tuple(self.required)
+        self.torch = None  # (Tensor type, dtype, current raw stream), on the first tensor
+
+    def words(self, entry: str):
+        """This thread's argument words for the ``"host"`` or ``"device"`` entry."""
+        local = self.local.__dict__
+        w = local.get(entry)
+        if w is None:
+            w = local[entry] = self._type(*(self._host_words if entry == "host" else self._device_words))
+        return w
+
+    def torch_parts(self):
+        import torch
+
+        # the raw current stream: torch.cuda.current_stream() builds a Stream object (~5 µs)
+        self.torch = (torch.Tensor, torch.float32 if self.dtype == np.float32 else torch.float64,
+                      torch._C._cuda_getCurrentRawStream)
+        return self.torch
 
 
 def is_device_array(x) -> bool:
     from .runtime.arrays import is_device_array as check
 
     return check(x)
+
+
+def _check_settings(settings: dict) -> None:
+    for k, v in settings.items():
+        if k not in SETTINGS:
+            raise TypeError(f"unknown launch setting '{k}' (settings: {', '.join(SETTINGS)})")
+    if "layout" in settings and settings["layout"] not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}")
+    if "transfer" in settings and settings["transfer"] not in TRANSFERS:
+        raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}")
 
 
 def _outputs(out, ports, n, batch, dtype) -> list[np.ndarray]:
@@ -36,9 +122,10 @@ def _outputs(out, ports, n, batch, dtype) -> list[np.ndarray]:
     checked = []
     for o, s, p in zip(outs, shapes, ports):
         want = s if batch is not None else s[1:]
-        if not (isinstance(o, np.ndarray) and o.dtype == dtype and o.shape == tuple(want) and o.flags.c_contiguous):
-            raise InputError(f"out= for '{p.name}' must be a C-contiguous {np.dtype(dtype).name} array of shape "
-                             f"{tuple(want)}")
+        if not (isinstance(o, np.ndarray) and o.dtype == dtype and o.shape == tuple(want) and o.flags.c_contiguous
+                and o.flags.writeable):
+            raise InputError(f"out= for '{p.name}' must be a writable C-contiguous {np.dtype(dtype).name} array of "
+                             f"shape {tuple(want)}")
         checked.append(o.reshape(s))
     return checked
 
@@ -59,26 +146,34 @@ class AbiBackend:
     """Outputs are poisoned with NaN before each call, so an element the kernel never
     writes fails the comparison."""
 
-    def __init__(self, robot, algorithms, dtype, *, layout="auto", tier=0, threads=0, blocks=0):
+    def __init__(self, robot, algorithms, dtype, *, layout="auto", tier=0, threads=0, blocks=0, transfer="auto"):
         from .loader import load_robot
 
         self.robot = load_robot(robot)
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.float32, np.float64):
             raise ValueError(f"dtype must be float32 or float64, not {self.dtype}")
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}")
+        _check_settings({"layout": layout, "transfer": transfer})
         self.layout, self.tier, self.threads, self.blocks = layout, int(tier), int(threads), int(blocks)
+        self.transfer = transfer
         self.algorithms = algorithms
 
+    def _forget_plans(self) -> None:
+        """Drop everything derived from the launch settings (and the bound methods using it)."""
+        for name in self.__dict__.pop("_methods", {}):
+            self.__dict__.pop(name, None)
+        self.__dict__.pop("_launch_cache", None)
+        self.__dict__.pop("_plans", None)
+
     def with_launch(self, **kw):
-        """The same build with another launch configuration (layout, tier, threads, blocks)."""
+        """The same build with another launch configuration (layout, tier, threads, blocks,
+        transfer)."""
+        _check_settings(kw)
         other = type(self).__new__(type(self))
-        other.__dict__.update({k: v for k, v in self.__dict__.items()
-                               if k not in ("_per_algorithm", "_methods", "_launch_cache")})
+        other.__dict__.update(self.__dict__)
+        other._forget_plans()
+        other.__dict__.pop("_per_algorithm", None)
         for k, v in kw.items():
-            if k not in ("layout", "tier", "threads", "blocks"):
-                raise TypeError(f"unknown launch setting '{k}'")
             setattr(other, k, v)
         return other
 
@@ -94,27 +189,37 @@ class AbiBackend:
         return [a.name for a in resolve_algorithms(self.algorithms)]
 
     def configure(self, algorithm: str | None = None, **launch) -> None:
-        """Set the launch (layout, tier, threads, blocks) of one algorithm, or the default."""
-        for k in launch:
-            if k not in ("layout", "tier", "threads", "blocks"):
-                raise TypeError(f"unknown launch setting '{k}'")
-        if "layout" in launch and launch["layout"] not in LAYOUTS:
-            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}")
+        """Set the launch (layout, tier, threads, blocks) and the host path's ``transfer``
+        (``auto``, ``copy``: the copy engine, ``mapped``: mapped pinned memory) of one
+        algorithm, or the default."""
+        _check_settings(launch)
         if algorithm is None:
             for k, v in launch.items():
                 setattr(self, k, v)
         else:
             self.__dict__.setdefault("_per_algorithm", {}).setdefault(algorithm, {}).update(launch)
-        self.__dict__.pop("_launch_cache", None)
+        self._forget_plans()
 
-    def _launch_of(self, name: str) -> tuple[int, int, int, int]:
-        key = (name, self.layout, self.tier, self.threads, self.blocks)
+    def _settings_of(self, name: str) -> tuple[int, int, int, int, int]:
+        """(layout, tier, threads, blocks, transfer) of one algorithm, as the C ABI takes them."""
+        key = (name, self.layout, self.tier, self.threads, self.blocks, self.transfer)
         cache = self.__dict__.setdefault("_launch_cache", {})
         if key not in cache:
-            cfg = {"layout": self.layout, "tier": self.tier, "threads": self.threads, "blocks": self.blocks}
+            cfg = {k: getattr(self, k) for k in SETTINGS}
             cfg.update(self.__dict__.get("_per_algorithm", {}).get(name, {}))
-            cache[key] = (LAYOUTS[cfg["layout"]], int(cfg["tier"]), int(cfg["threads"]), int(cfg["blocks"]))
+            cache[key] = (LAYOUTS[cfg["layout"]], int(cfg["tier"]), int(cfg["threads"]), int(cfg["blocks"]),
+                          TRANSFERS[cfg["transfer"]])
         return cache[key]
+
+    def _launch_of(self, name: str) -> tuple[int, int, int, int]:
+        return self._settings_of(name)[:4]
+
+    def _plan(self, alg) -> _Plan:
+        plans = self.__dict__.setdefault("_plans", {})
+        plan = plans.get(alg.name)
+        if plan is None:
+            plan = plans[alg.name] = _Plan(self, alg)
+        return plan
 
     def set_poison(self, on: bool = True) -> None:
         """Fill outputs with NaN before every numpy-path launch (tests: unwritten elements fail)."""
@@ -125,7 +230,8 @@ class AbiBackend:
             msg = self._lib().grid_abi_error_string(err)
             raise GridError(
                 f"{what} on {self.robot.name}: CUDA error {err}: {msg.decode() if msg else '?'} "
-                f"(layout {self.layout}, tier {self.tier}, threads {self.threads}, blocks {self.blocks})"
+                f"(layout {self.layout}, tier {self.tier}, threads {self.threads}, blocks {self.blocks}, "
+                f"transfer {self.transfer})"
             )
 
     def _ports(self, alg):
@@ -135,16 +241,8 @@ class AbiBackend:
         return cache[alg.name]
 
     def _call(self, alg, args, kwargs):
+        """The general path: any accepted input, validated and converted as needed."""
         out = kwargs.pop("out", None)
-        if args and not kwargs:
-            if type(args[0]) is np.ndarray:
-                result = self._call_numpy(alg, args, out)
-                if result is not _FALLBACK:
-                    return result
-            elif type(args[0]).__name__ == "Tensor":
-                result = self._call_torch(alg, args, out)
-                if result is not _FALLBACK:
-                    return result
         for x in (*args, *kwargs.values()):
             if type(x) is not np.ndarray and x is not None and is_device_array(x):
                 return self._call_device(alg, args, kwargs, out)
@@ -158,7 +256,7 @@ class AbiBackend:
             ins, outs = self._ports(alg)
             fn = getattr(self._lib(), f"grid_abi_{alg.name}_{self._suffix()}_host")
             nargs = len(outs) + sum(1 for p in ins if p.kind in ("state", "param"))
-            fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int] * 5
+            fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int] * 6
             defaults = {p.name: np.ascontiguousarray(p.default, dtype=self.dtype)
                         for p in ins if p.kind == "param" and p.default is not None}
             plan = (ins, outs, fn, defaults, [p.name for p in ins])
@@ -241,7 +339,7 @@ class AbiBackend:
                 continue
             keep.append(a)
             cargs.append(a.ctypes.data)
-        err = fn(*cargs, n, *self._launch_of(alg.name))
+        err = fn(*cargs, n, *self._settings_of(alg.name))
         if err <= NONFINITE_INPUT:  # the library found NaN/inf while staging: name the argument
             from .reference import bind_inputs
 
@@ -253,99 +351,115 @@ class AbiBackend:
         result = [o if batch is not None else o[0] for o in outs]
         return result[0] if len(result) == 1 else tuple(result)
 
-    def _call_numpy(self, alg, args, out):
+    def _numpy_fast(self, plan: _Plan, args, out):
         """The lean numpy path: a batch of C-contiguous arrays of the handle's dtype, passed
-        positionally (params at their defaults).  NaN/inf are caught by the library while it
-        stages the inputs.  Anything else: the general path."""
-        ins, outs_p, fn, defaults, names = self._host_plan(alg)
-        states = self.__dict__.get("_np_states", {}).get(alg.name)
-        if states is None:
-            states = [p for p in ins if p.kind == "state"]
-            self.__dict__.setdefault("_np_states", {})[alg.name] = states
-        if len(args) > len(states) or out is not None:
-            return _FALLBACK
+        positionally (params at their defaults), optional ``out=`` for a single output.  NaN
+        and inf are caught by the library while it stages the inputs.  Anything else: the
+        general path."""
         x0 = args[0]
-        if x0.ndim != len(states[0].shape) + 1:
+        if x0.ndim != plan.rank or len(args) > plan.n_state:
             return _FALLBACK
         n = x0.shape[0]
-        dtype = self.dtype
-        ptrs = []
-        for x, p in zip(args, states):
+        if n == 0:
+            return _FALLBACK
+        dt = plan.dtype
+        fc = plan.fastcall
+        if fc is not None:
+            if out is None:
+                outs = tuple([np.empty((n, *s), dt) for s in plan.out_shapes])
+            elif plan.n_out == 1:
+                outs = (out,)
+            else:
+                return _FALLBACK
+            err = fc.host(*plan.fast_head, outs, plan.out_shapes_t, args, plan.state_shapes_t, plan.required_t)
+            if err is None:
+                return _FALLBACK
+            if err:
+                if err <= NONFINITE_INPUT:
+                    return _FALLBACK  # the general path names the argument
+                self._check(err, f"{plan.name} launch")
+            return outs[0] if len(outs) == 1 else outs
+        w = plan.words("host")
+        i = plan.n_out
+        for x, shape, req in zip(args, plan.state_shapes, plan.required):
             if x is None:
-                if not p.optional:
+                if req:
                     return _FALLBACK
-                ptrs.append(None)
-                continue
-            if type(x) is not np.ndarray or x.dtype != dtype or not x.flags.c_contiguous or \
-                    x.shape[0] != n or x.shape[1:] != p.shape:
+                w[i] = 0
+            elif type(x) is not np.ndarray or x.dtype != dt or not x.flags.c_contiguous or x.shape[0] != n or \
+                    x.shape[1:] != shape:
                 return _FALLBACK
-            ptrs.append(x.ctypes.data)
-        for p in states[len(args):]:
-            if not p.optional:
+            else:
+                w[i] = _address(x)
+            i += 1
+        for req in plan.required[len(args):]:
+            if req:
                 return _FALLBACK
-            ptrs.append(None)
-        outs = [np.empty((n, *p.shape), dtype=dtype) for p in outs_p]
-        params = [defaults[p.name].ctypes.data for p in ins if p.kind == "param"]
-        err = fn(*[o.ctypes.data for o in outs], *ptrs, *params, n, *self._launch_of(alg.name))
-        if err <= NONFINITE_INPUT:
-            return _FALLBACK  # the general path names the argument
-        self._check(err, f"{alg.name} launch")
+            w[i] = 0
+            i += 1
+        if out is None:
+            outs = [np.empty((n, *s), dt) for s in plan.out_shapes]
+        elif plan.n_out == 1 and type(out) is np.ndarray and out.dtype == dt and out.flags.c_contiguous and \
+                out.flags.writeable and out.shape == (n, *plan.out_shapes[0]):
+            outs = [out]
+        else:
+            return _FALLBACK
+        for j, o in enumerate(outs):
+            w[j] = _address(o)
+        w[plan.i_n] = n
+        err = plan.host_fn(w)
+        if err:
+            if err <= NONFINITE_INPUT:
+                return _FALLBACK  # the general path names the argument
+            self._check(err, f"{plan.name} launch")
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _torch_plan(self, alg):
-        plans = self.__dict__.setdefault("_torch_plans", {})
-        plan = plans.get(alg.name)
-        if plan is None:
-            import torch
-
-            ins, outs = self._ports(alg)
-            states = [p for p in ins if p.kind == "state"]
-            params = [p for p in ins if p.kind == "param"]
-            fn = getattr(self._lib(), f"grid_abi_{alg.name}_{self._suffix()}")
-            fn.argtypes = [ctypes.c_void_p] * (len(outs) + len(states) + len(params)) + [ctypes.c_int] * 5 + \
-                [ctypes.c_void_p]
-            defaults = [np.ascontiguousarray(p.default, dtype=self.dtype) for p in params]
-            tdtype = torch.float32 if self.dtype == np.float32 else torch.float64
-            get_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-            plan = (states, outs, defaults, fn, tdtype, get_stream, torch.empty)
-            plans[alg.name] = plan
-        return plan
-
-    def _call_torch(self, alg, args, out):
-        """The lean path for contiguous CUDA tensors of the handle's dtype, passed positionally
-        (state inputs only; params at their defaults).  Anything else: the general path."""
-        states, outs_p, defaults, fn, tdtype, get_stream, empty = self._torch_plan(alg)
-        if get_stream is None or len(args) > len(states) or out is not None and len(outs_p) != 1:
-            return _FALLBACK
+    def _torch_fast(self, plan: _Plan, args, out):
+        """The lean path for contiguous CUDA tensors of the handle's dtype on one device,
+        passed positionally (params at their defaults), optional ``out=`` for a single
+        output; launched on the current stream.  Anything else: the general path."""
+        tensor, tdtype, raw_stream = plan.torch or plan.torch_parts()
         x0 = args[0]
-        if not x0.is_cuda or x0.dim() != len(states[0].shape) + 1:
+        if type(x0) is not tensor or len(args) > plan.n_state:
+            return _FALLBACK
+        dev = x0.get_device()
+        if dev < 0 or x0.dim() != plan.rank:
             return _FALLBACK
         n = x0.shape[0]
-        ptrs = []
-        for x, p in zip(args, states):
+        if n == 0:
+            return _FALLBACK
+        w = plan.words("device")
+        i = plan.n_out
+        for x, shape, req in zip(args, plan.state_shapes, plan.required):
             if x is None:
-                if not p.optional:
+                if req:
                     return _FALLBACK
-                ptrs.append(None)
-                continue
-            if type(x) is not type(x0) or x.dtype is not tdtype or not x.is_contiguous() or \
-                    x.shape[0] != n or tuple(x.shape[1:]) != p.shape or x.device != x0.device:
+                w[i] = 0
+            elif type(x) is not tensor or x.dtype is not tdtype or x.get_device() != dev or not x.is_contiguous() \
+                    or x.shape != (n, *shape):
                 return _FALLBACK
-            ptrs.append(x.data_ptr())
-        for p in states[len(args):]:
-            if not p.optional:
+            else:
+                w[i] = x.data_ptr()
+            i += 1
+        for req in plan.required[len(args):]:
+            if req:
                 return _FALLBACK
-            ptrs.append(None)
+            w[i] = 0
+            i += 1
         if out is None:
-            outs = [empty((n, *p.shape), dtype=tdtype, device=x0.device) for p in outs_p]
-        else:
-            if type(out) is not type(x0) or out.dtype is not tdtype or not out.is_contiguous() or \
-                    out.shape != (n, *outs_p[0].shape) or out.device != x0.device:
-                return _FALLBACK
+            outs = [x0.new_empty((n, *s)) for s in plan.out_shapes]  # x0 has the dtype and device
+        elif plan.n_out == 1 and type(out) is tensor and out.dtype is tdtype and out.get_device() == dev and \
+                out.is_contiguous() and out.shape == (n, *plan.out_shapes[0]):
             outs = [out]
-        err = fn(*[o.data_ptr() for o in outs], *ptrs, *[d.ctypes.data for d in defaults], n,
-                 *self._launch_of(alg.name), get_stream(x0.device.index))
-        self._check(err, f"{alg.name} launch")
+        else:
+            return _FALLBACK
+        for j, o in enumerate(outs):
+            w[j] = o.data_ptr()
+        w[plan.i_n] = n
+        w[plan.i_n + 5] = raw_stream(dev)
+        err = plan.device_fn(w)
+        if err:
+            self._check(err, f"{plan.name} launch")
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     def _call_device(self, alg, args, kwargs, out):
@@ -424,11 +538,9 @@ class AbiBackend:
         """Kept for symmetry: the library owns its buffers for the life of the process."""
 
     def __getattr__(self, name: str):
+        # called only until the method is bound into the instance dict below
         if name.startswith("_"):
             raise AttributeError(name)
-        method = self.__dict__.get("_methods", {}).get(name)
-        if method is not None:
-            return method
         from .hooks import registry
 
         algs = registry().algorithms
@@ -437,13 +549,29 @@ class AbiBackend:
                 f"{type(self).__name__} has no algorithm '{name}' (built: {', '.join(self._emitted())})"
             )
         alg = algs[name]
+        ndarray = np.ndarray
 
-        def method(*args, **kwargs):
+        def method(*args, out=None, **kwargs):
+            if args and not kwargs:
+                plan = self._plan(alg)
+                if plan.ok:
+                    t = type(args[0])
+                    if t is ndarray:
+                        result = self._numpy_fast(plan, args, out)
+                    elif t.__name__ == "Tensor":
+                        result = self._torch_fast(plan, args, out)
+                    else:
+                        result = _FALLBACK
+                    if result is not _FALLBACK:
+                        return result
+            if out is not None:
+                kwargs["out"] = out
             return self._call(alg, args, kwargs)
 
         method.__name__ = name
         method.__doc__ = alg.summary
         self.__dict__.setdefault("_methods", {})[name] = method
+        self.__dict__[name] = method
         return method
 
 
@@ -457,8 +585,9 @@ class Emulated(AbiBackend):
     """
 
     def __init__(self, robot, algorithms=None, dtype=np.float64, *, layout="auto", tier=0, threads=0, blocks=0,
-                 **generate_options):
-        super().__init__(robot, algorithms, dtype, layout=layout, tier=tier, threads=threads, blocks=blocks)
+                 transfer="auto", **generate_options):
+        super().__init__(robot, algorithms, dtype, layout=layout, tier=tier, threads=threads, blocks=blocks,
+                         transfer=transfer)
         self.generate_options = generate_options
         self._handle = None
 

@@ -185,7 +185,8 @@ def _runtime_tables(runtime: dict) -> list[str]:
                             [[escape(r), _us(v.get("cold_s")), _us(v.get("warm_s"))] for r, v in build.items()])]
     rows = runtime.get("overhead") or []
     if rows:
-        keys = [k for k in rows[0] if k not in ("robot", "n")]
+        keys = [k for k, v in rows[0].items()
+                if k not in ("robot", "n") and isinstance(v, (int, float)) and not isinstance(v, bool)]
         out += [".. rubric:: Per call through Python (µs), beside the kernel alone", "",
                 *list_table(["robot", "N", *(escape(k.removesuffix("_us")) for k in keys)],
                             [[escape(r["robot"]), str(r["n"]), *(_us(r.get(k)) for k in keys)] for r in rows])]

@@ -63,13 +63,18 @@ def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet:
 class RobotHandle(AbiBackend):
     """The generated kernels on the GPU, with the same methods as ``Reference``.
 
-    numpy in -> numpy out (staged through reused device buffers).  ``layout``
-    (``auto``, ``block``, ``per_state``), ``tier`` and ``threads`` select the launch.
+    numpy in -> numpy out, staged through reused pinned buffers: small batches through
+    mapped memory the kernel reads in place, larger ones through the copy engine
+    (``transfer``: ``auto``, ``mapped``, ``copy``).  CUDA arrays in -> the same kind out, on
+    the framework's current stream.  ``layout`` (``auto``, ``block``, ``per_state``),
+    ``tier``, ``threads`` and ``blocks`` select the launch; :meth:`configure` sets them per
+    algorithm.
     """
 
     def __init__(self, robot, algorithms=None, dtype=np.float32, *, layout="auto", tier=0, threads=0, blocks=0,
-                 quiet: bool = False, **generate_options):
-        super().__init__(robot, algorithms, dtype, layout=layout, tier=tier, threads=threads, blocks=blocks)
+                 transfer="auto", quiet: bool = False, **generate_options):
+        super().__init__(robot, algorithms, dtype, layout=layout, tier=tier, threads=threads, blocks=blocks,
+                         transfer=transfer)
         require_device()
         self.generate_options = generate_options
         self._path = build_gpu_library(self.robot, algorithms, quiet=quiet, **generate_options)

@@ -39,6 +39,23 @@ def test_numpy_in_numpy_out(iiwa, rng):
     assert_close(out, Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4)
 
 
+@pytest.mark.parametrize("transfer", ["auto", "copy", "mapped"])
+def test_numpy_transfer_modes(iiwa, rng, transfer):
+    """Mapped memory and the copy engine, forced and chosen by size, outputs poisoned first."""
+    from grid_core.abi import MAPPED_MAX_ELEMENTS
+
+    robot, h = iiwa
+    run = h.with_launch(transfer=transfer)
+    run.set_poison(True)
+    try:
+        for n in (1, 64, MAPPED_MAX_ELEMENTS // (robot.nq + 2 * robot.nv) + 5):
+            q, qd, qdd = _state(robot, rng, n)
+            assert_close(run.inverse_dynamics(q, qd, qdd), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4,
+                         f"{transfer} n={n}")
+    finally:
+        run.set_poison(False)
+
+
 def test_torch_in_torch_out_without_host_copy(iiwa, rng):
     torch = pytest.importorskip("torch")
     robot, h = iiwa

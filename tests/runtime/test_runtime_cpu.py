@@ -9,8 +9,12 @@ import subprocess
 import sys
 import textwrap
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+import grid_core
 
 from conftest import load
 from grid_core import Reference
@@ -139,3 +143,107 @@ def test_non_finite_inputs_are_named_on_the_fast_path(dtype, rng):
             args[i].reshape(-1)[11] = bad
             with pytest.raises(InputError, match=f"argument '{name}' contains NaN or inf"):
                 emu.inverse_dynamics(*args)
+
+
+@pytest.mark.parametrize("transfer", ["auto", "copy", "mapped"])
+def test_host_transfer_modes_equal_the_reference(transfer, rng):
+    """Both ways the host form moves data (mapped memory, the copy engine) and the choice by
+    size: a batch either side of grid_core.abi.MAPPED_MAX_ELEMENTS, outputs poisoned first."""
+    from grid_core.abi import MAPPED_MAX_ELEMENTS
+
+    robot = load("hyq")
+    emu = Emulated(robot, ["inverse_dynamics"], np.float64, transfer=transfer)
+    emu.set_poison(True)
+    per_state = robot.nq + 2 * robot.nv
+    big = MAPPED_MAX_ELEMENTS // per_state + 5  # auto: the copy engine
+    ref = Reference(robot)
+    for n in (3, big):
+        q, qd, qdd = random_state(robot, rng, n)
+        assert_close(emu.inverse_dynamics(q, qd, qdd), ref.inverse_dynamics(q, qd, qdd), 1e-9, f"{transfer} n={n}")
+    f_ext = rng.normal(size=(3, robot.num_bodies, 6))
+    q, qd, qdd = random_state(robot, rng, 3)
+    assert_close(emu.inverse_dynamics(q, qd, qdd, f_ext), ref.inverse_dynamics(q, qd, qdd, f_ext), 1e-9)
+    with pytest.raises(ValueError, match="transfer must be one of"):
+        emu.configure(transfer="dma")
+
+
+def test_the_c_call_path_builds_here():
+    """Where the interpreter's headers and a C compiler exist (CI, the GPU machine), the
+    numpy path runs in C; elsewhere it falls back to Python (tested below)."""
+    import shutil
+    import sysconfig
+
+    from grid_core.runtime import fastcall
+
+    if (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file() and shutil.which(os.environ.get("CC", "cc")):
+        mod = fastcall.module()
+        assert mod is not None and hasattr(mod, "host")
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_lean_numpy_path_is_taken_and_right(path, rng, monkeypatch):
+    """Positional C-contiguous arrays of the handle's dtype never reach the general path;
+    read-only inputs and out= included.  Anything else does, with the same answer."""
+    from grid_core.errors import InputError
+
+    robot = load("iiwa14")
+    emu = Emulated(robot, ["inverse_dynamics"], np.float64)
+    plan = emu._plan(grid_core.registry().algorithm("inverse_dynamics"))
+    if path == "python":
+        monkeypatch.setattr(plan, "fastcall", None)
+    else:
+        assert plan.fastcall is not None
+    q, qd, qdd = random_state(robot, rng, 10)
+    expected = Reference(robot).inverse_dynamics(q, qd, qdd)
+    general = emu._call
+    calls = []
+
+    def counting(*a, **k):
+        calls.append(1)
+        return general(*a, **k)
+
+    monkeypatch.setattr(emu, "_call", counting)
+    assert_close(emu.inverse_dynamics(q, qd, qdd), expected, 1e-9)
+    frozen = [x.copy() for x in (q, qd, qdd)]
+    for x in frozen:
+        x.flags.writeable = False
+    assert_close(emu.inverse_dynamics(*frozen), expected, 1e-9)
+    out = np.full((10, robot.nv), np.nan)
+    assert emu.inverse_dynamics(q, qd, qdd, out=out) is out
+    assert_close(out, expected, 1e-9)
+    assert calls == []
+    # a strided view, a float32 array, a keyword argument: the general path, same answer
+    wide = np.zeros((10, 2 * robot.nq))
+    wide[:, ::2] = q
+    assert_close(emu.inverse_dynamics(wide[:, ::2], qd, qdd), expected, 1e-9)
+    assert_close(emu.inverse_dynamics(q, qd, qdd=qdd), expected, 1e-9)
+    assert_close(emu.inverse_dynamics(q.astype(np.float32), qd, qdd), expected, 1e-6)
+    assert len(calls) == 3
+    # what does not fit reaches the general path, which names the problem
+    with pytest.raises(InputError, match="batch"):
+        emu.inverse_dynamics(q, qd[:9], qdd)
+    with pytest.raises(InputError, match="out= for 'tau'"):
+        emu.inverse_dynamics(q, qd, qdd, out=np.empty((10, robot.nv + 1)))
+    frozen_out = np.empty((10, robot.nv))
+    frozen_out.flags.writeable = False
+    with pytest.raises(InputError, match="out= for 'tau' must be a writable"):
+        emu.inverse_dynamics(q, qd, qdd, out=frozen_out)
+
+
+def test_threads_share_a_handle(rng):
+    """Per-thread argument words: concurrent calls on one handle each get their own answer."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    robot = load("iiwa14")
+    emu = Emulated(robot, ["inverse_dynamics"], np.float64)
+    ref = Reference(robot)
+    cases = [random_state(robot, np.random.default_rng(s), 5 + s) for s in range(8)]
+
+    def run(case):
+        return [emu.inverse_dynamics(*case) for _ in range(20)]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, cases))
+    for case, outs in zip(cases, results):
+        for out in outs:
+            assert_close(out, ref.inverse_dynamics(*case), 1e-9)

@@ -1,0 +1,124 @@
+/* The numpy call path of the runtime in C: validate the arrays and read their addresses
+ * through the buffer protocol, pack the C ABI's argument words and call the packed host
+ * entry with the GIL released.  Built on first use by grid_core.runtime.fastcall (cached by
+ * content); without a C compiler or Python's headers the same path runs in Python.
+ *
+ * host(entry, template, nwords, n_index, itemsize, format, outs, out_shapes, ins, in_shapes,
+ *      required) -> int | None
+ *   entry       address of int grid_abi_<alg>_<f32|f64>_host_packed(const uint64_t *)
+ *   template    address of the plan's nwords prefilled words (params, launch settings)
+ *   outs, ins   tuples of arrays (ins may be shorter than in_shapes; None = not given)
+ *   *_shapes    tuples of per-state shapes; every array is (n, *shape), n from ins[0]
+ *   required    tuple of bools, one per state input
+ * Returns the entry's return code, or None when an array does not fit (wrong type, dtype,
+ * shape, layout, or read-only output): the caller then takes its general path.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_WORDS 64
+#define MAX_ARRAYS 32
+
+typedef int (*packed_entry)(const uint64_t *);
+
+/* One array as (n, *shape) of the given item format, C-contiguous; 1 on success (view held). */
+static int take(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n, PyObject *shape, Py_ssize_t itemsize,
+                char format) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (!PyObject_CheckBuffer(obj) || PyObject_GetBuffer(obj, view, flags) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t dims = PyTuple_GET_SIZE(shape);
+    int ok = view->itemsize == itemsize && view->format != NULL && view->format[0] == format &&
+             view->format[1] == '\0' && view->ndim == dims + 1 && view->shape[0] == n && view->len > 0;
+    for (Py_ssize_t k = 0; ok && k < dims; ++k) {
+        ok = view->shape[k + 1] == PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, k));
+    }
+    if (!ok) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *host(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 11) {
+        PyErr_SetString(PyExc_TypeError, "host() takes 11 arguments");
+        return NULL;
+    }
+    packed_entry entry = (packed_entry)PyLong_AsVoidPtr(args[0]);
+    const uint64_t *template_words = (const uint64_t *)PyLong_AsVoidPtr(args[1]);
+    Py_ssize_t nwords = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t n_index = PyLong_AsSsize_t(args[3]);
+    Py_ssize_t itemsize = PyLong_AsSsize_t(args[4]);
+    PyObject *format = args[5], *outs = args[6], *out_shapes = args[7], *ins = args[8], *in_shapes = args[9],
+             *required = args[10];
+    if (PyErr_Occurred()) return NULL;
+    if (!PyTuple_Check(outs) || !PyTuple_Check(out_shapes) || !PyTuple_Check(ins) || !PyTuple_Check(in_shapes) ||
+        !PyTuple_Check(required) || !PyUnicode_Check(format) || PyUnicode_GET_LENGTH(format) != 1) {
+        PyErr_SetString(PyExc_TypeError, "host(): malformed plan");
+        return NULL;
+    }
+    Py_ssize_t n_out = PyTuple_GET_SIZE(outs), n_state = PyTuple_GET_SIZE(in_shapes), n_given = PyTuple_GET_SIZE(ins);
+    if (nwords > MAX_WORDS || n_out + n_state > MAX_ARRAYS || n_out != PyTuple_GET_SIZE(out_shapes) ||
+        n_given > n_state || n_given < 1 || n_index >= nwords || n_out + n_state > n_index) {
+        PyErr_SetString(PyExc_ValueError, "host(): plan out of range");
+        return NULL;
+    }
+    char fmt = (char)PyUnicode_READ_CHAR(format, 0);
+    uint64_t words[MAX_WORDS];
+    memcpy(words, template_words, (size_t)nwords * sizeof(uint64_t));
+    Py_buffer views[MAX_ARRAYS];
+    Py_ssize_t held = 0;
+    int fits = 1;
+    /* n from the first state input (required to be given) */
+    PyObject *first = PyTuple_GET_ITEM(ins, 0);
+    Py_ssize_t n = -1;
+    if (first != Py_None && PyObject_CheckBuffer(first)) {
+        Py_buffer probe;
+        if (PyObject_GetBuffer(first, &probe, PyBUF_ND) == 0) {
+            n = probe.ndim > 0 ? probe.shape[0] : -1;
+            PyBuffer_Release(&probe);
+        } else {
+            PyErr_Clear();
+        }
+    }
+    fits = n > 0;
+    for (Py_ssize_t i = 0; fits && i < n_state; ++i) {
+        PyObject *x = i < n_given ? PyTuple_GET_ITEM(ins, i) : Py_None;
+        if (x == Py_None) {
+            fits = !PyObject_IsTrue(PyTuple_GET_ITEM(required, i));
+            words[n_out + i] = 0;
+            continue;
+        }
+        fits = take(x, &views[held], 0, n, PyTuple_GET_ITEM(in_shapes, i), itemsize, fmt);
+        if (fits) words[n_out + i] = (uint64_t)(uintptr_t)views[held++].buf;
+    }
+    for (Py_ssize_t j = 0; fits && j < n_out; ++j) {
+        fits = take(PyTuple_GET_ITEM(outs, j), &views[held], 1, n, PyTuple_GET_ITEM(out_shapes, j), itemsize, fmt);
+        if (fits) words[j] = (uint64_t)(uintptr_t)views[held++].buf;
+    }
+    int err = 0;
+    if (fits) {
+        words[n_index] = (uint64_t)n;
+        Py_BEGIN_ALLOW_THREADS
+        err = entry(words);
+        Py_END_ALLOW_THREADS
+    }
+    for (Py_ssize_t k = 0; k < held; ++k) PyBuffer_Release(&views[k]);
+    if (!fits) Py_RETURN_NONE;
+    return PyLong_FromLong(err);
+}
+
+static PyMethodDef methods[] = {
+    {"host", (PyCFunction)(void (*)(void))host, METH_FASTCALL, "Validate numpy arrays and call a packed host entry."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_grid_fastcall", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__grid_fastcall(void) { return PyModule_Create(&module); }
