@@ -119,8 +119,8 @@ def phase_tests(state: dict) -> None:
     # the gpu tests, and the backend-parametrised algorithm tests on the bundled robots (the
     # example-robot-data ones need that package, which the GPU machine does not have)
     res = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", "tests/codegen", "-k", "not erd",
-               "-p", "no:cacheprovider"], cwd=ROOT)
-    tail = (res.stdout + res.stderr).strip().splitlines()[-15:]
+               "-p", "no:cacheprovider", "--durations=12"], cwd=ROOT)
+    tail = (res.stdout + res.stderr).strip().splitlines()[-30:]
     state["tests"] = {"returncode": res.returncode, "tail": tail}
     print("\n".join(tail))
     if res.returncode:
@@ -195,6 +195,33 @@ def _median_us(fn, repeats=300, warmup=30) -> float:
         t.append((time.perf_counter() - t0) * 1e6)
     t.sort()
     return t[len(t) // 2]
+
+
+def _other_frameworks(row: dict, h, state_in, nv: int, sync, expected) -> None:
+    """CuPy (out= + sync, as torch) and JAX (a JAX array in, a JAX array out, ready) per call."""
+    import numpy as np
+
+    try:
+        import cupy
+    except ImportError:  # pragma: no cover - the device image has it
+        cupy = None
+    if cupy is not None:
+        cq = [cupy.asarray(x) for x in state_in]
+        co = cupy.empty((state_in[0].shape[0], nv), dtype=cupy.float32)
+
+        def call():
+            h.inverse_dynamics(*cq, out=co)
+            sync()
+
+        row["cupy_out_us"] = _median_us(call)
+        row["cupy_matches_numpy"] = bool(np.allclose(cupy.asnumpy(co), expected, rtol=1e-5, atol=1e-5))
+    try:
+        import jax.numpy as jnp
+    except ImportError:  # pragma: no cover
+        jnp = None
+    if jnp is not None:
+        jq = [jnp.asarray(x) for x in state_in]
+        row["jax_us"] = _median_us(lambda: h.inverse_dynamics(*jq).block_until_ready(), repeats=100)
 
 
 def phase_runtime(state: dict) -> None:
@@ -285,10 +312,13 @@ def phase_runtime(state: dict) -> None:
                 expected = h.inverse_dynamics(q, qd, qdd)
                 got = h.inverse_dynamics(tq, tqd, tqdd, out=o)
                 row["torch_matches_numpy"] = bool(np.allclose(got.cpu().numpy(), expected, rtol=1e-5, atol=1e-5))
+                _other_frameworks(row, h, (q, qd, qdd), robot.nv, sync, expected)
             r = raw.get((name, n))
             if r:
                 row.update(kernel_us=r["kernel_us"], resident_us=r["resident_us"], launch_us=r.get("launch_us"),
                            io_us=r["io_us"])
+                if "cupy_out_us" in row:
+                    row["overhead_cupy_sync_us"] = row["cupy_out_us"] - r["resident_us"]
                 if "torch_out_us" in row:
                     row["overhead_sync_us"] = row["torch_out_us"] - r["resident_us"]
                     if r.get("launch_us"):
@@ -424,6 +454,14 @@ def summary(state: dict) -> str:
                          f"{x['torch_out_torch_sync_us']:>8.1f}{fmt(x.get('resident_us')):>9}{x['torch_async_us']:>8.1f}"
                          f"{fmt(x.get('launch_us')):>11}{fmt(o_s):>10}{fmt(o_a):>11}  {met}"
                          f"{'' if x.get('torch_matches_numpy', True) else '  MISMATCH'}")
+        lines.append("CuPy out= + sync and its overhead over the C++ resident (target < 10); JAX array in, JAX array out, "
+                     "ready (upstream's JAX wrapper adds 200-300)")
+        for x in rt["overhead"]:
+            if "cupy_out_us" in x:
+                o = x.get("overhead_cupy_sync_us")
+                lines.append(f"  {x['robot']:<8}{x['n']:>6}  cupy {x['cupy_out_us']:>6.1f}  over "
+                             f"{o if o is None else round(o, 1)}  {'' if x.get('cupy_matches_numpy', True) else 'MISMATCH'}"
+                             f"   jax {x.get('jax_us', float('nan')):>6.1f}")
     f = state.get("fused")
     if isinstance(f, dict) and "fused_us" in f:
         lines.append("")

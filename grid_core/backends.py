@@ -77,6 +77,8 @@ class _Plan:
         self.state_shapes_t = tuple(self.state_shapes)
         self.required_t = tuple(self.required)
         self.torch = None  # (Tensor type, dtype, current raw stream), on the first tensor
+        self.cupy = None  # (ndarray type, current stream, current device, empty), on the first CuPy array
+        self.paths: dict = {}  # argument type -> its lean path (or None: the general path)
 
     def words(self, entry: str):
         """This thread's argument words for the ``"host"`` or ``"device"`` entry."""
@@ -93,6 +95,12 @@ class _Plan:
         self.torch = (torch.Tensor, torch.float32 if self.dtype == np.float32 else torch.float64,
                       torch._C._cuda_getCurrentRawStream)
         return self.torch
+
+    def cupy_parts(self):
+        import cupy
+
+        self.cupy = (cupy.ndarray, cupy.cuda.get_current_stream, cupy.cuda.runtime.getDevice, cupy.empty)
+        return self.cupy
 
 
 def is_device_array(x) -> bool:
@@ -245,6 +253,9 @@ class AbiBackend:
         out = kwargs.pop("out", None)
         for x in (*args, *kwargs.values()):
             if type(x) is not np.ndarray and x is not None and is_device_array(x):
+                if not self.accepts_device_arrays:
+                    raise InputError(f"{alg.name}: {type(self).__name__} runs on the host; pass numpy arrays, "
+                                     "or use RobotHandle for CUDA arrays")
                 return self._call_device(alg, args, kwargs, out)
         return self._call_host(alg, args, kwargs, out)
 
@@ -351,6 +362,39 @@ class AbiBackend:
         result = [o if batch is not None else o[0] for o in outs]
         return result[0] if len(result) == 1 else tuple(result)
 
+    @staticmethod
+    def _pack(plan: _Plan, w, args, out, n: int, address, new_output, pointer):
+        """Fill the argument words of a lean call: ``address(x, shape, writable)`` of every
+        given array (None when it does not fit), 0 for an omitted optional input, the outputs
+        (``out=`` checked the same way, or ``new_output(shape)``) and the batch size.  The
+        outputs, or None when anything does not fit (the caller takes the general path)."""
+        i = plan.n_out
+        for x, shape, req in zip(args, plan.state_shapes, plan.required):
+            a = (None if req else 0) if x is None else address(x, (n, *shape), False)
+            if a is None:
+                return None
+            w[i] = a
+            i += 1
+        for req in plan.required[len(args):]:
+            if req:
+                return None
+            w[i] = 0
+            i += 1
+        if out is None:
+            outs = [new_output((n, *s)) for s in plan.out_shapes]
+            for j, o in enumerate(outs):
+                w[j] = pointer(o)
+        elif plan.n_out == 1:
+            outs = [out]
+            a = address(out, (n, *plan.out_shapes[0]), True)
+            if a is None:
+                return None
+            w[0] = a
+        else:
+            return None
+        w[plan.i_n] = n
+        return outs
+
     def _numpy_fast(self, plan: _Plan, args, out):
         """The lean numpy path: a batch of C-contiguous arrays of the handle's dtype, passed
         positionally (params at their defaults), optional ``out=`` for a single output.  NaN
@@ -364,7 +408,7 @@ class AbiBackend:
             return _FALLBACK
         dt = plan.dtype
         fc = plan.fastcall
-        if fc is not None:
+        if fc is not None:  # the same, in C (grid_core/runtime/fastcall.c)
             if out is None:
                 outs = tuple([np.empty((n, *s), dt) for s in plan.out_shapes])
             elif plan.n_out == 1:
@@ -374,45 +418,69 @@ class AbiBackend:
             err = fc.host(*plan.fast_head, outs, plan.out_shapes_t, args, plan.state_shapes_t, plan.required_t)
             if err is None:
                 return _FALLBACK
-            if err:
-                if err <= NONFINITE_INPUT:
-                    return _FALLBACK  # the general path names the argument
-                self._check(err, f"{plan.name} launch")
-            return outs[0] if len(outs) == 1 else outs
-        w = plan.words("host")
-        i = plan.n_out
-        for x, shape, req in zip(args, plan.state_shapes, plan.required):
-            if x is None:
-                if req:
-                    return _FALLBACK
-                w[i] = 0
-            elif type(x) is not np.ndarray or x.dtype != dt or not x.flags.c_contiguous or x.shape[0] != n or \
-                    x.shape[1:] != shape:
-                return _FALLBACK
-            else:
-                w[i] = _address(x)
-            i += 1
-        for req in plan.required[len(args):]:
-            if req:
-                return _FALLBACK
-            w[i] = 0
-            i += 1
-        if out is None:
-            outs = [np.empty((n, *s), dt) for s in plan.out_shapes]
-        elif plan.n_out == 1 and type(out) is np.ndarray and out.dtype == dt and out.flags.c_contiguous and \
-                out.flags.writeable and out.shape == (n, *plan.out_shapes[0]):
-            outs = [out]
         else:
-            return _FALLBACK
-        for j, o in enumerate(outs):
-            w[j] = _address(o)
-        w[plan.i_n] = n
-        err = plan.host_fn(w)
+            def address(x, shape, writable):
+                if type(x) is not np.ndarray or x.dtype != dt or not x.flags.c_contiguous or x.shape != shape or \
+                        writable and not x.flags.writeable:
+                    return None
+                return _address(x)
+
+            w = plan.words("host")
+            outs = self._pack(plan, w, args, out, n, address, lambda shape: np.empty(shape, dt), _address)
+            if outs is None:
+                return _FALLBACK
+            err = plan.host_fn(w)
         if err:
             if err <= NONFINITE_INPUT:
                 return _FALLBACK  # the general path names the argument
             self._check(err, f"{plan.name} launch")
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    # CUDA arrays: only a backend that runs on the GPU takes them
+    accepts_device_arrays = False
+
+    def _lean_path_for(self, t: type):
+        """The lean path for arguments of type ``t`` (by its first argument), or None."""
+        if t is np.ndarray:
+            return AbiBackend._numpy_fast
+        if not self.accepts_device_arrays:
+            return None
+        module = t.__module__.split(".", 1)[0]
+        if module == "torch" and t.__name__ == "Tensor":
+            return AbiBackend._torch_fast
+        if module == "cupy" and t.__name__ == "ndarray":
+            return AbiBackend._cupy_fast
+        return None
+
+    def _launch_packed(self, plan: _Plan, w, outs, stream: int):
+        w[plan.i_n + 5] = stream
+        err = plan.device_fn(w)
+        if err:
+            self._check(err, f"{plan.name} launch")
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _cupy_fast(self, plan: _Plan, args, out):
+        """The lean path for C-contiguous CuPy arrays of the handle's dtype on the current
+        device, passed positionally (params at their defaults), optional ``out=`` for a
+        single output; launched on CuPy's current stream.  Anything else: the general path."""
+        ndarray, current_stream, current_device, empty = plan.cupy or plan.cupy_parts()
+        x0 = args[0]
+        if len(args) > plan.n_state or x0.ndim != plan.rank or x0.shape[0] == 0:
+            return _FALLBACK
+        dev, dt = current_device(), plan.dtype
+
+        def address(x, shape, writable):
+            if type(x) is not ndarray or x.dtype != dt or not x.flags.c_contiguous or x.device.id != dev or \
+                    x.shape != shape:
+                return None
+            return x.data.ptr
+
+        w = plan.words("device")
+        outs = self._pack(plan, w, args, out, x0.shape[0], address, lambda shape: empty(shape, dt),
+                          lambda o: o.data.ptr)
+        if outs is None:
+            return _FALLBACK
+        return self._launch_packed(plan, w, outs, current_stream().ptr)
 
     def _torch_fast(self, plan: _Plan, args, out):
         """The lean path for contiguous CUDA tensors of the handle's dtype on one device,
@@ -420,47 +488,24 @@ class AbiBackend:
         output; launched on the current stream.  Anything else: the general path."""
         tensor, tdtype, raw_stream = plan.torch or plan.torch_parts()
         x0 = args[0]
-        if type(x0) is not tensor or len(args) > plan.n_state:
+        if len(args) > plan.n_state:
             return _FALLBACK
         dev = x0.get_device()
-        if dev < 0 or x0.dim() != plan.rank:
+        if dev < 0 or x0.dim() != plan.rank or x0.shape[0] == 0:
             return _FALLBACK
-        n = x0.shape[0]
-        if n == 0:
-            return _FALLBACK
+
+        def address(x, shape, writable):
+            if type(x) is not tensor or x.dtype is not tdtype or x.get_device() != dev or not x.is_contiguous() \
+                    or x.shape != shape:
+                return None
+            return x.data_ptr()
+
         w = plan.words("device")
-        i = plan.n_out
-        for x, shape, req in zip(args, plan.state_shapes, plan.required):
-            if x is None:
-                if req:
-                    return _FALLBACK
-                w[i] = 0
-            elif type(x) is not tensor or x.dtype is not tdtype or x.get_device() != dev or not x.is_contiguous() \
-                    or x.shape != (n, *shape):
-                return _FALLBACK
-            else:
-                w[i] = x.data_ptr()
-            i += 1
-        for req in plan.required[len(args):]:
-            if req:
-                return _FALLBACK
-            w[i] = 0
-            i += 1
-        if out is None:
-            outs = [x0.new_empty((n, *s)) for s in plan.out_shapes]  # x0 has the dtype and device
-        elif plan.n_out == 1 and type(out) is tensor and out.dtype is tdtype and out.get_device() == dev and \
-                out.is_contiguous() and out.shape == (n, *plan.out_shapes[0]):
-            outs = [out]
-        else:
+        # x0 has the dtype and the device of the outputs
+        outs = self._pack(plan, w, args, out, x0.shape[0], address, x0.new_empty, tensor.data_ptr)
+        if outs is None:
             return _FALLBACK
-        for j, o in enumerate(outs):
-            w[j] = o.data_ptr()
-        w[plan.i_n] = n
-        w[plan.i_n + 5] = raw_stream(dev)
-        err = plan.device_fn(w)
-        if err:
-            self._check(err, f"{plan.name} launch")
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        return self._launch_packed(plan, w, outs, raw_stream(dev))
 
     def _call_device(self, alg, args, kwargs, out):
         """CUDA arrays in -> the same kind out, on the framework's current stream, no host copy.
@@ -549,21 +594,20 @@ class AbiBackend:
                 f"{type(self).__name__} has no algorithm '{name}' (built: {', '.join(self._emitted())})"
             )
         alg = algs[name]
-        ndarray = np.ndarray
 
         def method(*args, out=None, **kwargs):
             if args and not kwargs:
                 plan = self._plan(alg)
                 if plan.ok:
                     t = type(args[0])
-                    if t is ndarray:
-                        result = self._numpy_fast(plan, args, out)
-                    elif t.__name__ == "Tensor":
-                        result = self._torch_fast(plan, args, out)
-                    else:
-                        result = _FALLBACK
-                    if result is not _FALLBACK:
-                        return result
+                    try:
+                        fast = plan.paths[t]
+                    except KeyError:
+                        fast = plan.paths[t] = self._lean_path_for(t)
+                    if fast is not None:
+                        result = fast(self, plan, args, out)
+                        if result is not _FALLBACK:
+                            return result
             if out is not None:
                 kwargs["out"] = out
             return self._call(alg, args, kwargs)

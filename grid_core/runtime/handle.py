@@ -71,6 +71,8 @@ class RobotHandle(AbiBackend):
     algorithm.
     """
 
+    accepts_device_arrays = True
+
     def __init__(self, robot, algorithms=None, dtype=np.float32, *, layout="auto", tier=0, threads=0, blocks=0,
                  transfer="auto", quiet: bool = False, **generate_options):
         super().__init__(robot, algorithms, dtype, layout=layout, tier=tier, threads=threads, blocks=blocks,

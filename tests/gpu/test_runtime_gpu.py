@@ -90,6 +90,34 @@ def test_cupy_in_cupy_out(iiwa, rng):
     assert_close(cupy.asnumpy(out), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4)
 
 
+@pytest.mark.parametrize("framework", ["torch", "cupy"])
+def test_device_arrays_take_the_lean_path(iiwa, rng, framework, monkeypatch):
+    """Contiguous arrays of the handle's dtype skip the general path; a strided view takes
+    it, with the same answer."""
+    mod = pytest.importorskip(framework)
+    robot, h = iiwa
+    run = h.with_launch()
+    general, calls = run._call, []
+
+    def counting(*a, **k):
+        calls.append(1)
+        return general(*a, **k)
+
+    monkeypatch.setattr(run, "_call", counting)
+    q, qd, qdd = _state(robot, rng)
+    to_device = (lambda x: mod.from_numpy(x).cuda()) if framework == "torch" else mod.asarray
+    to_host = (lambda x: x.cpu().numpy()) if framework == "torch" else mod.asnumpy
+    args = [to_device(x) for x in (q, qd, qdd)]
+    expected = Reference(robot).inverse_dynamics(q, qd, qdd)
+    assert_close(to_host(run.inverse_dynamics(*args)), expected, 1e-4)
+    assert calls == []
+    wide = np.zeros((q.shape[0], 2 * robot.nq), dtype=np.float32)
+    wide[:, ::2] = q
+    strided = to_device(wide)[:, ::2]
+    assert_close(to_host(run.inverse_dynamics(strided, args[1], args[2])), expected, 1e-4)
+    assert calls == [1]
+
+
 def test_jax_in_jax_out(iiwa, rng):
     jnp = pytest.importorskip("jax.numpy")
     robot, h = iiwa

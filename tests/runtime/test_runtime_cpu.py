@@ -247,3 +247,17 @@ def test_threads_share_a_handle(rng):
     for case, outs in zip(cases, results):
         for out in outs:
             assert_close(out, ref.inverse_dynamics(*case), 1e-9)
+
+
+def test_emulation_refuses_cuda_arrays(rng):
+    """Host emulation cannot read device memory: a CUDA array is refused with a clear error."""
+    from grid_core.errors import InputError
+
+    class FakeCudaArray:
+        __cuda_array_interface__ = {"shape": (4, 7), "typestr": "<f8", "data": (1 << 40, False), "version": 3}
+
+    robot = load("iiwa14")
+    emu = Emulated(robot, ["inverse_dynamics"], np.float64)
+    q, qd, qdd = random_state(robot, rng, 4)
+    with pytest.raises(InputError, match="runs on the host; pass numpy arrays"):
+        emu.inverse_dynamics(FakeCudaArray(), qd, qdd)
