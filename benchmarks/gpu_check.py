@@ -105,6 +105,16 @@ def phase_build(state: dict) -> None:
                ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu", "-o", d / "fused"])
     if res.returncode:
         raise RuntimeError(f"nvcc failed for the fused example:\n{res.stderr[-4000:]}")
+    # the raw C++ launch as a library, for the runtime phase's same-process comparison
+    raw_src = ROOT / "benchmarks" / "src" / "raw_launch.cu"
+    for name in ("iiwa14", "g1"):
+        lib = BUILD / name / "libraw.so"
+        if lib.exists() and lib.stat().st_mtime > max(raw_src.stat().st_mtime, (BUILD / name / "grid.cuh").stat().st_mtime):
+            continue
+        res = run(["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", BUILD / name / "grid.cuh",
+                   raw_src, "-o", lib])
+        if res.returncode:
+            raise RuntimeError(f"nvcc failed for {lib}:\n{res.stderr[-4000:]}")
     # the RobotHandle libraries the gpu tests load (same content hash there)
     import numpy as np  # noqa: F401
 
@@ -226,6 +236,7 @@ def _other_frameworks(row: dict, h, state_in, nv: int, sync, expected) -> None:
 
 def phase_runtime(state: dict) -> None:
     """RobotHandle: cold build and warm cache times; per-call overhead over the raw kernel."""
+    import ctypes
     import tempfile
     import warnings
 
@@ -266,7 +277,8 @@ def phase_runtime(state: dict) -> None:
             q, qd, qdd = (x.astype(np.float32) for x in (q, qd, qdd))
             # numpy in -> numpy out: as chosen by size, each transfer forced, and the Python form of
             # the call path (what runs where the C form cannot be built)
-            row = {"robot": name, "n": n, "numpy_us": _median_us(lambda: h.inverse_dynamics(q, qd, qdd))}
+            rounds = sorted(_median_us(lambda: h.inverse_dynamics(q, qd, qdd), repeats=150) for _ in range(5))
+            row = {"robot": name, "n": n, "numpy_us": rounds[2], "numpy_range": [rounds[0], rounds[-1]]}
             for transfer in ("copy", "mapped"):
                 hx = h.with_launch(transfer=transfer)
                 row[f"numpy_{transfer}_us"] = _median_us(lambda: hx.inverse_dynamics(q, qd, qdd))
@@ -300,12 +312,29 @@ def phase_runtime(state: dict) -> None:
                     torch.cuda.synchronize()
                     return (t1 - t0) * 1e4
 
-                row["torch_out_us"] = _median_us(call_out)
+                # round by round against the raw C++ launch in this process (drift cancels)
+                rawlib = ctypes.CDLL(str(BUILD / name / "libraw.so"))
+                for f in (rawlib.raw_resident_us, rawlib.raw_launch_us):
+                    f.restype = ctypes.c_double
+                    f.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+                ptrs = (o.data_ptr(), tq.data_ptr(), tqd.data_ptr(), tqdd.data_ptr())
+                ours_sync, ours_async, raw_sync, raw_async = [], [], [], []
+                back_to_back()
+                for _ in range(7):
+                    raw_sync.append(rawlib.raw_resident_us(*ptrs, n, None, 100))
+                    ours_sync.append(_median_us(call_out, repeats=100))
+                    raw_async.append(rawlib.raw_launch_us(*ptrs, n, None, 5))
+                    ours_async.append(sorted(back_to_back() for _ in range(5))[2])
+                d_sync = sorted(a - b for a, b in zip(ours_sync, raw_sync))
+                d_async = sorted(a - b for a, b in zip(ours_async, raw_async))
+                row["torch_out_us"] = sorted(ours_sync)[3]
+                row["raw_resident_us"] = sorted(raw_sync)[3]
+                row["torch_async_us"] = sorted(ours_async)[3]
+                row["raw_launch_us"] = sorted(raw_async)[3]
+                row["overhead_sync_us"], row["overhead_sync_range"] = d_sync[3], [d_sync[0], d_sync[-1]]
+                row["overhead_async_us"], row["overhead_async_range"] = d_async[3], [d_async[0], d_async[-1]]
                 row["torch_alloc_us"] = _median_us(call_alloc)
                 row["torch_out_torch_sync_us"] = _median_us(call_out_torch_sync)
-                back_to_back()
-                rounds = sorted(back_to_back() for _ in range(15))
-                row["torch_async_us"] = rounds[len(rounds) // 2]
                 row["sync_only_us"] = _median_us(sync)
                 row["torch_sync_only_us"] = _median_us(torch.cuda.synchronize)
                 torch.cuda.synchronize()
@@ -317,12 +346,8 @@ def phase_runtime(state: dict) -> None:
             if r:
                 row.update(kernel_us=r["kernel_us"], resident_us=r["resident_us"], launch_us=r.get("launch_us"),
                            io_us=r["io_us"])
-                if "cupy_out_us" in row:
-                    row["overhead_cupy_sync_us"] = row["cupy_out_us"] - r["resident_us"]
-                if "torch_out_us" in row:
-                    row["overhead_sync_us"] = row["torch_out_us"] - r["resident_us"]
-                    if r.get("launch_us"):
-                        row["overhead_async_us"] = row["torch_async_us"] - r["launch_us"]
+                if "cupy_out_us" in row and "raw_resident_us" in row:
+                    row["overhead_cupy_sync_us"] = row["cupy_out_us"] - row["raw_resident_us"]
             out["overhead"].append(row)
     state["runtime"] = out
 
@@ -431,29 +456,32 @@ def summary(state: dict) -> str:
             f"{k} cold {v['cold_s']} s / warm {v['warm_s']} s" for k, v in rt["build"].items()))
         lines.append("numpy in/out (µs, one call, synchronous): auto = transfer chosen by size; copy / mapped forced;")
         lines.append("py = the Python form of the call path; target: at or under upstream's published host figure (5090)")
-        lines.append(f"{'robot':<8}{'N':>6}{'auto':>8}{'copy':>8}{'mapped':>8}{'py':>8}{'io C++':>8}   upstream host  met")
+        lines.append("(auto: median of 5 rounds [min, max])")
+        lines.append(f"{'robot':<8}{'N':>6}{'auto':>8}{'range':>15}{'copy':>8}{'mapped':>8}{'py':>8}{'io C++':>8}"
+                     "   upstream host  met")
         for x in rt["overhead"]:
             up = UPSTREAM_5090.get(x["robot"], {}).get(x["n"])
             met = "-" if not up else ("yes" if x["numpy_us"] <= up[1] else "NO")
-            lines.append(f"{x['robot']:<8}{x['n']:>6}{x['numpy_us']:>8.1f}{x['numpy_copy_us']:>8.1f}"
-                         f"{x['numpy_mapped_us']:>8.1f}{x['numpy_python_path_us']:>8.1f}{x.get('io_us', -1):>8.1f}"
-                         f"   {up[1] if up else '-':>13}  {met}")
-        lines.append("torch CUDA tensors (µs): out= + sync, alloc + sync, out= + torch.cuda.synchronize; C++ resident = "
-                     "launch + sync;")
-        lines.append("overhead = ours - C++ (sync: one call + cudaDeviceSynchronize vs resident; async: per call among "
-                     "100 back-to-back vs C++ launch); target < 10")
-        lines.append(f"{'robot':<8}{'N':>6}{'out=':>8}{'alloc':>8}{'t.sync':>8}{'resident':>9}{'async':>8}{'C++ launch':>11}"
-                     f"{'over sync':>10}{'over async':>11}  met")
+            lo, hi = x["numpy_range"]
+            lines.append(f"{x['robot']:<8}{x['n']:>6}{x['numpy_us']:>8.1f}{f'[{lo:.1f}, {hi:.1f}]':>15}"
+                         f"{x['numpy_copy_us']:>8.1f}{x['numpy_mapped_us']:>8.1f}{x['numpy_python_path_us']:>8.1f}"
+                         f"{x.get('io_us', -1):>8.1f}   {up[1] if up else '-':>13}  {met}")
+        lines.append("torch CUDA tensors (µs): out= + sync; alloc + sync; out= + torch.cuda.synchronize; raw = the C++ "
+                     "launch + sync in the same process;")
+        lines.append("overhead = ours - raw, median of 7 paired rounds [min, max] (sync: one call + cudaDeviceSynchronize; "
+                     "async: per call among 100 back-to-back); target < 10")
+        lines.append(f"{'robot':<8}{'N':>6}{'out=':>7}{'alloc':>7}{'t.sync':>7}{'raw':>7}{'async':>7}{'raw':>6}"
+                     f"{'over sync':>20}{'over async':>20}  met")
         for x in rt["overhead"]:
             if "torch_out_us" not in x:
                 continue
-            o_s, o_a = x.get("overhead_sync_us"), x.get("overhead_async_us")
-            met = "-" if o_s is None else ("yes" if o_s < 10 and (o_a is None or o_a < 10) else "NO")
-            fmt = lambda v: f"{v:.1f}" if isinstance(v, (int, float)) else "-"  # noqa: E731
-            lines.append(f"{x['robot']:<8}{x['n']:>6}{x['torch_out_us']:>8.1f}{x['torch_alloc_us']:>8.1f}"
-                         f"{x['torch_out_torch_sync_us']:>8.1f}{fmt(x.get('resident_us')):>9}{x['torch_async_us']:>8.1f}"
-                         f"{fmt(x.get('launch_us')):>11}{fmt(o_s):>10}{fmt(o_a):>11}  {met}"
-                         f"{'' if x.get('torch_matches_numpy', True) else '  MISMATCH'}")
+            o_s, o_a = x["overhead_sync_us"], x["overhead_async_us"]
+            met = "yes" if o_s < 10 and o_a < 10 else "NO"
+            rs, ra = x["overhead_sync_range"], x["overhead_async_range"]
+            lines.append(f"{x['robot']:<8}{x['n']:>6}{x['torch_out_us']:>7.1f}{x['torch_alloc_us']:>7.1f}"
+                         f"{x['torch_out_torch_sync_us']:>7.1f}{x['raw_resident_us']:>7.1f}{x['torch_async_us']:>7.1f}"
+                         f"{x['raw_launch_us']:>6.1f}{o_s:>8.1f} [{rs[0]:.1f}, {rs[1]:.1f}]{o_a:>8.1f} "
+                         f"[{ra[0]:.1f}, {ra[1]:.1f}]  {met}{'' if x.get('torch_matches_numpy', True) else '  MISMATCH'}")
         lines.append("CuPy out= + sync and its overhead over the C++ resident (target < 10); JAX array in, JAX array out, "
                      "ready (upstream's JAX wrapper adds 200-300)")
         for x in rt["overhead"]:

@@ -435,7 +435,50 @@ class InverseDynamicsEmitter(Emitter):
             template="template <typename T, bool USE_QDD, bool USE_F_EXT>",
             doc="Per-state layout: one thread per state, grid-stride over the batch.",
         )
-        return [fn, kernel]
+        stage = [
+            n.Stmt("const int count = num_timesteps - base < int(blockDim.x) ? num_timesteps - base : int(blockDim.x)"),
+            n.For("int i = threadIdx.x", "i < count * NUM_POS", "i += blockDim.x",
+                  [n.Stmt("s_q[i] = d_q[size_t(base) * NUM_POS + i]")]),
+            n.For("int i = threadIdx.x", "i < count * NUM_VEL", "i += blockDim.x", [
+                n.Stmt("s_qd[i] = d_qd[size_t(base) * NUM_VEL + i]"),
+                n.If("USE_QDD", [n.Stmt("s_qdd[i] = d_qdd[size_t(base) * NUM_VEL + i]")], constexpr=True),
+            ]),
+            n.Stmt("__syncthreads()"),
+            n.If("int(threadIdx.x) < count", [
+                n.Stmt("const int t = threadIdx.x"),
+                n.Stmt("inverse_dynamics_state<T, USE_QDD, USE_F_EXT>(&s_tau[t * NUM_VEL], &s_q[t * NUM_POS], "
+                       "&s_qd[t * NUM_VEL], USE_QDD ? &s_qdd[t * NUM_VEL] : nullptr, "
+                       "USE_F_EXT ? &d_f_ext[size_t(base + t) * 6 * NUM_BODIES] : nullptr, gravity)"),
+            ]),
+            n.Stmt("__syncthreads()"),
+            n.Comment("no sync after the store: the next round's loads write only s_q, s_qd and s_qdd, and its"),
+            n.Comment("compute (which writes s_tau) waits at a sync every thread reaches after this loop"),
+            n.For("int i = threadIdx.x", "i < count * NUM_VEL", "i += blockDim.x",
+                  [n.Stmt("d_tau[size_t(base) * NUM_VEL + i] = s_tau[i]")]),
+        ]
+        staged = n.Function(
+            "__global__ void __launch_bounds__(INVERSE_DYNAMICS_PER_STATE_THREADS) "
+            "inverse_dynamics_per_state_staged_kernel(T *d_tau, const T *d_q, const T *d_qd, const T *d_qdd, "
+            "const T *d_f_ext, const Gravity<T> gravity, const int num_timesteps)",
+            [
+                n.Stmt("GRID_DYNAMIC_SMEM(smem)"),
+                n.Stmt("T *s_q = reinterpret_cast<T *>(smem)"),
+                n.Stmt("T *s_qd = s_q + blockDim.x * NUM_POS"),
+                n.Stmt("T *s_qdd = s_qd + blockDim.x * NUM_VEL"),
+                n.Stmt("T *s_tau = s_qdd + blockDim.x * NUM_VEL"),
+                n.Comment("the loop bound is uniform over the block: every thread reaches every sync"),
+                n.For("int base = blockIdx.x * blockDim.x", "base < num_timesteps",
+                      "base += gridDim.x * blockDim.x", stage),
+            ],
+            template="template <typename T, bool USE_QDD, bool USE_F_EXT>",
+            doc=(
+                "Per-state layout with the block's states staged through shared memory: every global\n"
+                "load and store of q, qd, qdd and tau is coalesced.  For inputs and outputs in mapped\n"
+                "host memory (LaunchConfig::stage_io), where each uncoalesced access crosses the bus;\n"
+                "f_ext is read in place."
+            ),
+        )
+        return [fn, kernel, staged]
 
     # -- host layer -----------------------------------------------------------------------
 
@@ -456,7 +499,7 @@ class InverseDynamicsEmitter(Emitter):
                        "g, num_timesteps, d_workspace)"),
                 n.Stmt("return cudaPeekAtLastError()"),
             ]))
-        per_state = []
+        per_state, staged = [], []
         for use_qdd in (True, False):
             for use_f in (True, False):
                 cond = f"{'' if use_qdd else '!'}use_qdd && {'' if use_f else '!'}use_f_ext"
@@ -464,6 +507,17 @@ class InverseDynamicsEmitter(Emitter):
                 per_state.append(n.If(cond, [n.Stmt(
                     f"GRID_LAUNCH((inverse_dynamics_per_state_kernel<T, {lit}>), blocks, threads, 0, stream, "
                     "d_tau, d_q, NUM_POS, d_qd, NUM_VEL, d_qdd, NUM_VEL, d_f_ext, g, num_timesteps)")]))
+                staged.append(n.If(cond, [n.Stmt(
+                    f"GRID_LAUNCH((inverse_dynamics_per_state_staged_kernel<T, {lit}>), blocks, threads, smem, "
+                    "stream, d_tau, d_q, d_qd, d_qdd, d_f_ext, g, num_timesteps)")]))
+        staged_branch = n.If("cfg.stage_io && INVERSE_DYNAMICS_STAGED_THREADS<T>() > 0", [
+            n.Stmt("const int threads = cfg.threads > 0 ? cfg.threads : INVERSE_DYNAMICS_STAGED_THREADS<T>()"),
+            n.If("threads > INVERSE_DYNAMICS_STAGED_THREADS<T>()", [n.Stmt("return cudaErrorInvalidValue")]),
+            n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
+            n.Stmt("const size_t smem = size_t(threads) * INVERSE_DYNAMICS_STAGED_ROW * sizeof(T)"),
+            *staged,
+            n.Stmt("return cudaPeekAtLastError()"),
+        ])
         return [
             n.Function(
                 "__host__ int inverse_dynamics_resolve_layout(int num_timesteps, int layout)",
@@ -514,6 +568,7 @@ class InverseDynamicsEmitter(Emitter):
                     n.Stmt("const bool use_qdd = d_qdd != nullptr"),
                     n.Stmt("const bool use_f_ext = d_f_ext != nullptr"),
                     n.If("inverse_dynamics_resolve_layout(num_timesteps, cfg.layout) == LAYOUT_PER_STATE", [
+                        staged_branch,
                         n.Stmt("const int threads = cfg.threads > 0 ? cfg.threads : INVERSE_DYNAMICS_PER_STATE_THREADS"),
                         n.If("threads > INVERSE_DYNAMICS_PER_STATE_THREADS", [n.Stmt("return cudaErrorInvalidValue")]),
                         n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
@@ -611,6 +666,16 @@ class InverseDynamicsEmitter(Emitter):
             n.Stmt(f"static constexpr int INVERSE_DYNAMICS_PER_STATE_THREADS = {self.PER_STATE_THREADS}"),
             n.Comment("Blocks per SM the per-state kernel's registers must allow (occupancy vs registers)."),
             n.Stmt(f"static constexpr int INVERSE_DYNAMICS_PER_STATE_MIN_BLOCKS = {self.min_blocks(ctx)}"),
+            n.Comment("Staged per-state kernel: values per state in shared memory (q, qd, qdd, tau), and its"),
+            n.Comment("block size: the largest multiple of 32 up to the per-state one within the 48 KB a block"),
+            n.Comment("gets without opting in (0: the robot is too big to stage; the plain kernel runs)."),
+            n.Stmt("static constexpr int INVERSE_DYNAMICS_STAGED_ROW = NUM_POS + 3 * NUM_VEL"),
+            n.Function(
+                "__host__ __device__ constexpr int INVERSE_DYNAMICS_STAGED_THREADS()",
+                [n.Stmt("constexpr int fit = int(48 * 1024 / (INVERSE_DYNAMICS_STAGED_ROW * sizeof(T))) / 32 * 32"),
+                 n.Stmt("return fit < INVERSE_DYNAMICS_PER_STATE_THREADS ? fit : INVERSE_DYNAMICS_PER_STATE_THREADS")],
+                template="template <typename T>",
+            ),
             n.Blank(),
             *self.inner(ctx),
             n.Blank(),

@@ -291,6 +291,7 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
         "        if (poison_outputs) GRID_ABI_TRY(cudaMemsetAsync(d_out, 0xff, out_bytes, staging.stream));",
         "    }",
         *cfg,
+        "    cfg.stage_io = mapped;  // coalesced accesses to host memory",
         f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
         "    {",
         "        std::lock_guard<std::mutex> wguard(workspace_lock);",

@@ -219,9 +219,13 @@ static int run_check() {
                 }
             }
         }
-        for (int threads : {32, 64, 128}) {
+        // per-state, plain and staged through shared memory (stage_io), a few blocks too: grid-stride
+        for (int threads : {32, 64, 128, -32, -64}) {
             g::LaunchConfig cfg;
-            cfg.layout = g::LAYOUT_PER_STATE; cfg.threads = threads;
+            cfg.layout = g::LAYOUT_PER_STATE; cfg.threads = std::abs(threads);
+            cfg.stage_io = threads < 0;
+            if (cfg.stage_io && cfg.threads > g::INVERSE_DYNAMICS_STAGED_THREADS<T>()) continue;
+            if (cfg.stage_io) cfg.blocks = 1;
             CHECK(cudaMemset(b.tau, 0xff, first.size() * sizeof(T)));
             CHECK(launch(b, cfg, s, use_f ? f_ext : nullptr));
             CHECK(cudaStreamSynchronize(s));
