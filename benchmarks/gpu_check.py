@@ -235,7 +235,26 @@ def _other_frameworks(row: dict, h, state_in, nv: int, sync, expected) -> None:
 
 
 def phase_runtime(state: dict) -> None:
-    """RobotHandle: cold build and warm cache times; per-call overhead over the raw kernel."""
+    """RobotHandle: cold build and warm cache times; per-call overhead over the raw kernel.
+    Measured in a fresh interpreter (as a user's process), not in this one."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rows, result = Path(tmp) / "time.json", Path(tmp) / "runtime.json"
+        rows.write_text(json.dumps(state.get("time", [])))
+        res = subprocess.run([sys.executable, __file__, "--runtime-child", str(rows), str(result)], cwd=ROOT)
+        if res.returncode or not result.exists():
+            raise RuntimeError(f"the runtime measurement failed (exit {res.returncode})")
+        state["runtime"] = json.loads(result.read_text())
+
+
+def _runtime_child(rows_path: str, result_path: str) -> None:
+    state = {"time": json.loads(Path(rows_path).read_text())}
+    _measure_runtime(state)
+    Path(result_path).write_text(json.dumps(state["runtime"]))
+
+
+def _measure_runtime(state: dict) -> None:
     import ctypes
     import tempfile
     import warnings
@@ -279,7 +298,7 @@ def phase_runtime(state: dict) -> None:
             # the call path (what runs where the C form cannot be built)
             rounds = sorted(_median_us(lambda: h.inverse_dynamics(q, qd, qdd), repeats=150) for _ in range(5))
             row = {"robot": name, "n": n, "numpy_us": rounds[2], "numpy_range": [rounds[0], rounds[-1]]}
-            for transfer in ("copy", "mapped"):
+            for transfer in ("copy", "mapped", "mapped_staged"):
                 hx = h.with_launch(transfer=transfer)
                 row[f"numpy_{transfer}_us"] = _median_us(lambda: hx.inverse_dynamics(q, qd, qdd))
             hp = h.with_launch()
@@ -454,17 +473,19 @@ def summary(state: dict) -> str:
         lines.append("")
         lines.append("RobotHandle (float32): build " + ", ".join(
             f"{k} cold {v['cold_s']} s / warm {v['warm_s']} s" for k, v in rt["build"].items()))
-        lines.append("numpy in/out (µs, one call, synchronous): auto = transfer chosen by size; copy / mapped forced;")
+        lines.append("numpy in/out (µs, one call, synchronous): auto = transfer chosen by size; copy / mapped / "
+                     "mapped_staged forced;")
         lines.append("py = the Python form of the call path; target: at or under upstream's published host figure (5090)")
         lines.append("(auto: median of 5 rounds [min, max])")
-        lines.append(f"{'robot':<8}{'N':>6}{'auto':>8}{'range':>15}{'copy':>8}{'mapped':>8}{'py':>8}{'io C++':>8}"
-                     "   upstream host  met")
+        lines.append(f"{'robot':<8}{'N':>6}{'auto':>8}{'range':>15}{'copy':>8}{'mapped':>8}{'staged':>8}{'py':>8}"
+                     f"{'io C++':>8}   upstream host  met")
         for x in rt["overhead"]:
             up = UPSTREAM_5090.get(x["robot"], {}).get(x["n"])
             met = "-" if not up else ("yes" if x["numpy_us"] <= up[1] else "NO")
             lo, hi = x["numpy_range"]
             lines.append(f"{x['robot']:<8}{x['n']:>6}{x['numpy_us']:>8.1f}{f'[{lo:.1f}, {hi:.1f}]':>15}"
-                         f"{x['numpy_copy_us']:>8.1f}{x['numpy_mapped_us']:>8.1f}{x['numpy_python_path_us']:>8.1f}"
+                         f"{x['numpy_copy_us']:>8.1f}{x['numpy_mapped_us']:>8.1f}"
+                         f"{x.get('numpy_mapped_staged_us', float('nan')):>8.1f}{x['numpy_python_path_us']:>8.1f}"
                          f"{x.get('io_us', -1):>8.1f}   {up[1] if up else '-':>13}  {met}")
         lines.append("torch CUDA tensors (µs): out= + sync; alloc + sync; out= + torch.cuda.synchronize; raw = the C++ "
                      "launch + sync in the same process;")
@@ -503,13 +524,17 @@ def main() -> int:
     ap.add_argument("--build", action="store_true", help="only build (no GPU needed)")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip")
     ap.add_argument("--repeats", type=int, default=200)
+    ap.add_argument("--runtime-child", nargs=2, metavar=("TIME_JSON", "OUT_JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.runtime_child:
+        _runtime_child(*args.runtime_child)
+        return 0
     os.environ.setdefault("GRID_CACHE_DIR", str(BUILD / "cache"))
     os.environ.setdefault("GRID_CUDA_ARCH", ARCH)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     state = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-        "commit": commit.stdout.strip() or os.environ.get("GRID_COMMIT", "unknown"),
+        "commit": os.environ.get("GRID_COMMIT") or commit.stdout.strip() or "unknown",
         "gpu": "build only" if args.build else gpu_name(),
         "phases": {},
     }

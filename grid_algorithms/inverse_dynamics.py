@@ -69,6 +69,19 @@ def rnea(robot: Robot, q, qd, qdd, f_ext=None, gravity=DEFAULT_GRAVITY):
 # straight-line code on local arrays the compiler keeps in registers).
 
 
+
+# The staged per-state kernel's inputs: (array, values per state).
+_STAGED = (("q", "NUM_POS"), ("qd", "NUM_VEL"), ("qdd", "NUM_VEL"))
+
+
+def _share_of(stmt: str, size: str, needs_qdd: bool) -> list:
+    """``stmt`` for this thread's share of a block's ``count * size`` values: value
+    ``i = threadIdx.x + j * blockDim.x`` for every ``j`` below ``size``, unrolled."""
+    loop = [n.Raw("#pragma unroll"),
+            n.For("int j = 0", f"j < {size}", "++j", [n.Stmt("const int i = threadIdx.x + j * blockDim.x"),
+                                                      n.If(f"i < count * {size}", [n.Stmt(stmt)])])]
+    return [n.If("USE_QDD", loop, constexpr=True)] if needs_qdd else loop
+
 class RneaSteps:
     """RNEA's per-body steps, emitted with every robot constant folded in.
 
@@ -437,12 +450,12 @@ class InverseDynamicsEmitter(Emitter):
         )
         stage = [
             n.Stmt("const int count = num_timesteps - base < int(blockDim.x) ? num_timesteps - base : int(blockDim.x)"),
-            n.For("int i = threadIdx.x", "i < count * NUM_POS", "i += blockDim.x",
-                  [n.Stmt("s_q[i] = d_q[size_t(base) * NUM_POS + i]")]),
-            n.For("int i = threadIdx.x", "i < count * NUM_VEL", "i += blockDim.x", [
-                n.Stmt("s_qd[i] = d_qd[size_t(base) * NUM_VEL + i]"),
-                n.If("USE_QDD", [n.Stmt("s_qdd[i] = d_qdd[size_t(base) * NUM_VEL + i]")], constexpr=True),
-            ]),
+            n.Comment("every thread issues all its loads before any store to shared memory, so they are in"),
+            n.Comment("flight together (one bus round trip, not one per value, when the inputs are host memory)"),
+            n.Stmt("T r_q[NUM_POS], r_qd[NUM_VEL], r_qdd[NUM_VEL]"),
+            *[node for a, size in _STAGED
+              for node in _share_of(f"r_{a}[j] = d_{a}[size_t(base) * {size} + i]", size, a == "qdd")],
+            *[node for a, size in _STAGED for node in _share_of(f"s_{a}[i] = r_{a}[j]", size, a == "qdd")],
             n.Stmt("__syncthreads()"),
             n.If("int(threadIdx.x) < count", [
                 n.Stmt("const int t = threadIdx.x"),
@@ -510,9 +523,10 @@ class InverseDynamicsEmitter(Emitter):
                 staged.append(n.If(cond, [n.Stmt(
                     f"GRID_LAUNCH((inverse_dynamics_per_state_staged_kernel<T, {lit}>), blocks, threads, smem, "
                     "stream, d_tau, d_q, d_qd, d_qdd, d_f_ext, g, num_timesteps)")]))
-        staged_branch = n.If("cfg.stage_io && INVERSE_DYNAMICS_STAGED_THREADS<T>() > 0", [
+        # a hint: a robot too big to stage, or a block size over the staged one, runs the plain kernel
+        staged_branch = n.If("cfg.stage_io && INVERSE_DYNAMICS_STAGED_THREADS<T>() > 0 && "
+                             "cfg.threads <= INVERSE_DYNAMICS_STAGED_THREADS<T>()", [
             n.Stmt("const int threads = cfg.threads > 0 ? cfg.threads : INVERSE_DYNAMICS_STAGED_THREADS<T>()"),
-            n.If("threads > INVERSE_DYNAMICS_STAGED_THREADS<T>()", [n.Stmt("return cudaErrorInvalidValue")]),
             n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
             n.Stmt("const size_t smem = size_t(threads) * INVERSE_DYNAMICS_STAGED_ROW * sizeof(T)"),
             *staged,

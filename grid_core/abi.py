@@ -19,7 +19,8 @@ The host form moves small batches through *mapped* pinned memory (the kernel rea
 writes host memory over the bus: no copy-engine transfer to set up, which is most of a
 small call's cost) and larger ones through the copy engine (one transfer each way):
 ``transfer`` 0 picks by size (:data:`MAPPED_MAX_ELEMENTS`), 1 forces the copy engine,
-2 mapped memory.
+2 mapped memory, 3 mapped memory with the launch hint ``stage_io`` (kernels that support it
+coalesce their accesses to host memory through shared memory).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .composer import resolve_algorithms
 from .model import Robot
 
 DTYPES = {"f32": "float", "f64": "double"}
-TRANSFERS = {"auto": 0, "copy": 1, "mapped": 2}
+TRANSFERS = {"auto": 0, "copy": 1, "mapped": 2, "mapped_staged": 3}
 # Largest batch, in input elements (states x values per state), that the host form moves
 # through mapped memory.  Each element is one load over the bus, so the cost grows with it;
 # on the H200 (benchmarks/results, runtime phase) mapped memory was faster up to ~400 g1
@@ -246,7 +247,8 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
     in_sizes = [f"n * {_elements(p)} * sizeof({T})" for p in fn.inputs]
     in_elements = " + ".join(f"({p.name} != nullptr ? {_elements(p)} : 0)" for p in fn.inputs) or "0"
     body = [
-        f"// {fn.algorithm}: host pointers, synchronous.  transfer: 0 by size, 1 copy engine, 2 mapped memory.",
+        f"// {fn.algorithm}: host pointers, synchronous.  transfer: 0 by size, 1 copy engine, 2 mapped memory,",
+        "// 3 mapped memory with coalesced (staged) accesses.",
         f"int {fn.symbol}_host({', '.join(args + tail + ['int transfer'])}) {{",
         "    static Staging staging;",
         "    std::lock_guard<std::mutex> guard(staging.lock);",
@@ -260,7 +262,7 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
     for p, size in zip(fn.inputs, in_sizes):
         body.append(f"    const size_t i_{p.name} = in_bytes; if ({p.name} != nullptr) in_bytes += slice({size});")
     body += [
-        f"    const bool mapped = transfer == 2 || (transfer == 0 && n * size_t({in_elements}) <= GRID_ABI_MAPPED_MAX_ELEMENTS);",
+        f"    const bool mapped = transfer >= 2 || (transfer == 0 && n * size_t({in_elements}) <= GRID_ABI_MAPPED_MAX_ELEMENTS);",
         "    const size_t first = mapped ? 2 : 0;  // the buffer pair used",
         "    GRID_ABI_TRY(staging.ensure(first, out_bytes));",
         "    GRID_ABI_TRY(staging.ensure(first + 1, in_bytes > 0 ? in_bytes : 256));",
@@ -291,7 +293,7 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
         "        if (poison_outputs) GRID_ABI_TRY(cudaMemsetAsync(d_out, 0xff, out_bytes, staging.stream));",
         "    }",
         *cfg,
-        "    cfg.stage_io = mapped;  // coalesced accesses to host memory",
+        "    cfg.stage_io = transfer == 3;  // coalesced accesses to host memory",
         f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
         "    {",
         "        std::lock_guard<std::mutex> wguard(workspace_lock);",

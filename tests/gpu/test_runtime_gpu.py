@@ -39,7 +39,7 @@ def test_numpy_in_numpy_out(iiwa, rng):
     assert_close(out, Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4)
 
 
-@pytest.mark.parametrize("transfer", ["auto", "copy", "mapped"])
+@pytest.mark.parametrize("transfer", ["auto", "copy", "mapped", "mapped_staged"])
 def test_numpy_transfer_modes(iiwa, rng, transfer):
     """Mapped memory and the copy engine, forced and chosen by size, outputs poisoned first."""
     from grid_core.abi import MAPPED_MAX_ELEMENTS
@@ -52,6 +52,13 @@ def test_numpy_transfer_modes(iiwa, rng, transfer):
             q, qd, qdd = _state(robot, rng, n)
             assert_close(run.inverse_dynamics(q, qd, qdd), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4,
                          f"{transfer} n={n}")
+        q, qd, qdd = _state(robot, rng, 45)  # a partial last block
+        f_ext = rng.normal(size=(45, robot.num_bodies, 6)).astype(np.float32)
+        assert_close(run.inverse_dynamics(q, qd, qdd, f_ext), Reference(robot).inverse_dynamics(q, qd, qdd, f_ext),
+                     1e-4, f"{transfer} f_ext")
+        # a block size over the staged kernel's runs the plain kernel (stage_io is a hint)
+        big = run.with_launch(layout="per_state", threads=128, transfer=transfer)
+        assert_close(big.inverse_dynamics(q, qd, qdd), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4)
     finally:
         run.set_poison(False)
 

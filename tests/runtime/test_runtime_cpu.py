@@ -145,7 +145,7 @@ def test_non_finite_inputs_are_named_on_the_fast_path(dtype, rng):
                 emu.inverse_dynamics(*args)
 
 
-@pytest.mark.parametrize("transfer", ["auto", "copy", "mapped"])
+@pytest.mark.parametrize("transfer", ["auto", "copy", "mapped", "mapped_staged"])
 def test_host_transfer_modes_equal_the_reference(transfer, rng):
     """Both ways the host form moves data (mapped memory, the copy engine) and the choice by
     size: a batch either side of grid_core.abi.MAPPED_MAX_ELEMENTS, outputs poisoned first."""
