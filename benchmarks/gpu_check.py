@@ -31,6 +31,8 @@ sys.path.insert(0, str(ROOT))  # grid_core from this tree, installed or not
 BUILD = ROOT / "benchmarks" / "build"
 RESULTS = ROOT / "benchmarks" / "results"
 ROBOTS = ["iiwa14", "hyq", "atlas", "g1"]
+# the runtime phase: every robot with an upstream host figure (ANCHORS §A)
+RUNTIME_ROBOTS = ["iiwa14", "go2", "g1"]
 SIZES = [1, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
 ARCH = os.environ.get("GRID_CUDA_ARCH", "sm_90")
 
@@ -44,6 +46,7 @@ UPSTREAM_H200_KERNEL = {
 # §A published release, RTX 5090: resident (host-timed launch + sync) / host (with I/O).
 UPSTREAM_5090 = {
     "iiwa14": {16: (11.7, 21.0), 256: (11.9, 23.3), 1024: (13.0, 27.4)},
+    "go2": {16: (22.7, 32.4), 256: (21.7, 33.5), 1024: (35.1, 54.9)},
     "g1": {16: (40.1, 50.0), 256: (38.3, 53.6), 1024: (73.0, 106.0)},
 }
 HBM_BYTES_PER_S = 4.3e12  # ANCHORS §D memory floor
@@ -107,9 +110,14 @@ def phase_build(state: dict) -> None:
         raise RuntimeError(f"nvcc failed for the fused example:\n{res.stderr[-4000:]}")
     # the raw C++ launch as a library, for the runtime phase's same-process comparison
     raw_src = ROOT / "benchmarks" / "src" / "raw_launch.cu"
-    for name in ("iiwa14", "g1"):
-        lib = BUILD / name / "libraw.so"
-        if lib.exists() and lib.stat().st_mtime > max(raw_src.stat().st_mtime, (BUILD / name / "grid.cuh").stat().st_mtime):
+    for name in RUNTIME_ROBOTS:
+        lib, header = BUILD / name / "libraw.so", BUILD / name / "grid.cuh"
+        if name not in ROBOTS:  # no bench build of its own: its header here
+            header.parent.mkdir(exist_ok=True)
+            text = generate(grid_core.load_robot(name), ["inverse_dynamics"])
+            if not header.exists() or header.read_text() != text:
+                header.write_text(text)
+        if lib.exists() and lib.stat().st_mtime > max(raw_src.stat().st_mtime, header.stat().st_mtime):
             continue
         res = run(["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", BUILD / name / "grid.cuh",
                    raw_src, "-o", lib])
@@ -270,7 +278,7 @@ def _measure_runtime(state: dict) -> None:
     saved = os.environ.get("GRID_CACHE_DIR")
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["GRID_CACHE_DIR"] = tmp
-        for name in ("iiwa14", "g1"):
+        for name in RUNTIME_ROBOTS:
             t0 = time.perf_counter()
             RobotHandle(name, ["inverse_dynamics"], np.float32, quiet=True)
             cold = time.perf_counter() - t0
@@ -286,7 +294,7 @@ def _measure_runtime(state: dict) -> None:
         torch = None
     raw = {(x["robot"], x["n"]): x for x in state.get("time", []) if x["layout"] == "auto"}
     alg = grid_core.registry().algorithm("inverse_dynamics")
-    for name in ("iiwa14", "g1"):
+    for name in RUNTIME_ROBOTS:
         robot = grid_core.load_robot(name)
         h = RobotHandle(robot, ["inverse_dynamics"], np.float32, quiet=True)
         lib = h._lib()
@@ -361,12 +369,12 @@ def _measure_runtime(state: dict) -> None:
                 got = h.inverse_dynamics(tq, tqd, tqdd, out=o)
                 row["torch_matches_numpy"] = bool(np.allclose(got.cpu().numpy(), expected, rtol=1e-5, atol=1e-5))
                 _other_frameworks(row, h, (q, qd, qdd), robot.nv, sync, expected)
+            if "cupy_out_us" in row and "raw_resident_us" in row:
+                row["overhead_cupy_sync_us"] = row["cupy_out_us"] - row["raw_resident_us"]
             r = raw.get((name, n))
             if r:
                 row.update(kernel_us=r["kernel_us"], resident_us=r["resident_us"], launch_us=r.get("launch_us"),
                            io_us=r["io_us"])
-                if "cupy_out_us" in row and "raw_resident_us" in row:
-                    row["overhead_cupy_sync_us"] = row["cupy_out_us"] - row["raw_resident_us"]
             out["overhead"].append(row)
     state["runtime"] = out
 
