@@ -494,7 +494,7 @@ def summary(state: dict) -> str:
             lines.append(f"{x['robot']:<8}{x['n']:>6}{x['numpy_us']:>8.1f}{f'[{lo:.1f}, {hi:.1f}]':>15}"
                          f"{x['numpy_copy_us']:>8.1f}{x['numpy_mapped_us']:>8.1f}"
                          f"{x.get('numpy_mapped_staged_us', float('nan')):>8.1f}{x['numpy_python_path_us']:>8.1f}"
-                         f"{x.get('io_us', -1):>8.1f}   {up[1] if up else '-':>13}  {met}")
+                         f"{format(x['io_us'], '.1f') if 'io_us' in x else '-':>8}   {up[1] if up else '-':>13}  {met}")
         lines.append("torch CUDA tensors (µs): out= + sync; alloc + sync; out= + torch.cuda.synchronize; raw = the C++ "
                      "launch + sync in the same process;")
         lines.append("overhead = ours - raw, median of 7 paired rounds [min, max] (sync: one call + cudaDeviceSynchronize; "
