@@ -69,7 +69,9 @@ class _Plan:
         # the C form of the numpy path (grid_core.runtime.fastcall), when it could be built
         from .runtime import fastcall
 
-        self.fastcall = fastcall.module()
+        # (its fixed-size word and array tables: an algorithm with more ports takes the Python form)
+        fits = len(words) <= fastcall.MAX_WORDS and len(outs) + len(states) <= fastcall.MAX_ARRAYS
+        self.fastcall = fastcall.module() if fits else None
         self._template = self._type(*self._host_words)  # read by the C form, never written
         self.fast_head = (ctypes.cast(self.host_fn, ctypes.c_void_p).value, ctypes.addressof(self._template),
                           len(words), k, self.dtype.itemsize, self.dtype.char)

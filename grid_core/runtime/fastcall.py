@@ -21,6 +21,7 @@ from ..errors import BuildError
 
 ENV_DISABLE = "GRID_NO_FASTCALL"
 NAME = "_grid_fastcall"  # PyInit__grid_fastcall in fastcall.c
+MAX_WORDS, MAX_ARRAYS = 64, 32  # the C form's tables (fastcall.c)
 _lock = threading.Lock()
 _state: dict = {}
 

@@ -261,3 +261,15 @@ def test_emulation_refuses_cuda_arrays(rng):
     q, qd, qdd = random_state(robot, rng, 4)
     with pytest.raises(InputError, match="runs on the host; pass numpy arrays"):
         emu.inverse_dynamics(FakeCudaArray(), qd, qdd)
+
+
+def test_the_c_call_path_limits_match_its_source():
+    """The Python side routes plans the C form cannot hold to the Python form: the limits
+    it checks are the ones fastcall.c was written with."""
+    import re
+
+    from grid_core.runtime import fastcall
+
+    source = (Path(fastcall.__file__).with_name("fastcall.c")).read_text()
+    defines = dict(re.findall(r"#define (MAX_WORDS|MAX_ARRAYS) (\d+)", source))
+    assert int(defines["MAX_WORDS"]) == fastcall.MAX_WORDS and int(defines["MAX_ARRAYS"]) == fastcall.MAX_ARRAYS
