@@ -45,9 +45,10 @@ class _Plan:
         params = [p for p in ins if p.kind == "param"]
         self.name = alg.name
         self.dtype = backend.dtype
-        self.state_shapes = [p.shape for p in states]
-        self.required = [not p.optional for p in states]
-        self.out_shapes = [p.shape for p in outs]
+        # tuples: the C form (fastcall.c) takes them as they are
+        self.state_shapes = tuple(p.shape for p in states)
+        self.required = tuple(not p.optional for p in states)
+        self.out_shapes = tuple(p.shape for p in outs)
         self.rank = len(states[0].shape) + 1 if states else -1
         self.n_out, self.n_state = len(outs), len(states)
         # the lean paths take params at their defaults only
@@ -59,9 +60,9 @@ class _Plan:
         words = [0] * (k + len(PACKED_TAIL))
         words[len(outs) + len(states):k] = [d.ctypes.data for d in self.defaults]
         words[k + 1:k + 5] = [layout, tier, threads, blocks]
-        self._host_words = words[:-1] + [transfer]
-        self._device_words = words
         self._type = ctypes.c_uint64 * len(words)
+        # each entry's prefilled words; read by the C form and copied per thread, never written
+        self._templates = {"host": self._type(*words[:-1], transfer), "device": self._type(*words)}
         lib, stem = backend._lib(), f"grid_abi_{alg.name}_{backend._suffix()}"
         self.host_fn = getattr(lib, f"{stem}_host_packed")  # no argtypes: an array passes as its address
         self.device_fn = getattr(lib, f"{stem}_packed")
@@ -72,12 +73,8 @@ class _Plan:
         # (its fixed-size word and array tables: an algorithm with more ports takes the Python form)
         fits = len(words) <= fastcall.MAX_WORDS and len(outs) + len(states) <= fastcall.MAX_ARRAYS
         self.fastcall = fastcall.module() if fits else None
-        self._template = self._type(*self._host_words)  # read by the C form, never written
-        self.fast_head = (ctypes.cast(self.host_fn, ctypes.c_void_p).value, ctypes.addressof(self._template),
+        self.fast_head = (ctypes.cast(self.host_fn, ctypes.c_void_p).value, ctypes.addressof(self._templates["host"]),
                           len(words), k, self.dtype.itemsize, self.dtype.char)
-        self.out_shapes_t = tuple(self.out_shapes)
-        self.state_shapes_t = tuple(self.state_shapes)
-        self.required_t = tuple(self.required)
         self.torch = None  # (Tensor type, dtype, current raw stream), on the first tensor
         self.cupy = None  # (ndarray type, current stream, current device, empty), on the first CuPy array
         self.paths: dict = {}  # argument type -> its lean path (or None: the general path)
@@ -87,7 +84,7 @@ class _Plan:
         local = self.local.__dict__
         w = local.get(entry)
         if w is None:
-            w = local[entry] = self._type(*(self._host_words if entry == "host" else self._device_words))
+            w = local[entry] = self._type.from_buffer_copy(self._templates[entry])
         return w
 
     def torch_parts(self):
@@ -417,7 +414,7 @@ class AbiBackend:
                 outs = (out,)
             else:
                 return _FALLBACK
-            err = fc.host(*plan.fast_head, outs, plan.out_shapes_t, args, plan.state_shapes_t, plan.required_t)
+            err = fc.host(*plan.fast_head, n, outs, plan.out_shapes, args, plan.state_shapes, plan.required)
             if err is None:
                 return _FALLBACK
         else:

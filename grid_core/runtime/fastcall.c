@@ -3,12 +3,13 @@
  * entry with the GIL released.  Built on first use by grid_core.runtime.fastcall (cached by
  * content); without a C compiler or Python's headers the same path runs in Python.
  *
- * host(entry, template, nwords, n_index, itemsize, format, outs, out_shapes, ins, in_shapes,
+ * host(entry, template, nwords, n_index, itemsize, format, n, outs, out_shapes, ins, in_shapes,
  *      required) -> int | None
  *   entry       address of int grid_abi_<alg>_<f32|f64>_host_packed(const uint64_t *)
  *   template    address of the plan's nwords prefilled words (params, launch settings)
  *   outs, ins   tuples of arrays (ins may be shorter than in_shapes; None = not given)
- *   *_shapes    tuples of per-state shapes; every array is (n, *shape), n from ins[0]
+ *   n           the batch size: every array is (n, *shape)
+ *   *_shapes    tuples of per-state shapes
  *   required    tuple of bools, one per state input
  * Returns the entry's return code, or None when an array does not fit (wrong type, dtype,
  * shape, layout, or read-only output): the caller then takes its general path.
@@ -46,8 +47,8 @@ static int take(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n, PyOb
 
 static PyObject *host(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 11) {
-        PyErr_SetString(PyExc_TypeError, "host() takes 11 arguments");
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "host() takes 12 arguments");
         return NULL;
     }
     packed_entry entry = (packed_entry)PyLong_AsVoidPtr(args[0]);
@@ -55,8 +56,9 @@ static PyObject *host(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t nwords = PyLong_AsSsize_t(args[2]);
     Py_ssize_t n_index = PyLong_AsSsize_t(args[3]);
     Py_ssize_t itemsize = PyLong_AsSsize_t(args[4]);
-    PyObject *format = args[5], *outs = args[6], *out_shapes = args[7], *ins = args[8], *in_shapes = args[9],
-             *required = args[10];
+    PyObject *format = args[5];
+    Py_ssize_t n = PyLong_AsSsize_t(args[6]);
+    PyObject *outs = args[7], *out_shapes = args[8], *ins = args[9], *in_shapes = args[10], *required = args[11];
     if (PyErr_Occurred()) return NULL;
     if (!PyTuple_Check(outs) || !PyTuple_Check(out_shapes) || !PyTuple_Check(ins) || !PyTuple_Check(in_shapes) ||
         !PyTuple_Check(required) || !PyUnicode_Check(format) || PyUnicode_GET_LENGTH(format) != 1) {
@@ -74,20 +76,7 @@ static PyObject *host(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     memcpy(words, template_words, (size_t)nwords * sizeof(uint64_t));
     Py_buffer views[MAX_ARRAYS];
     Py_ssize_t held = 0;
-    int fits = 1;
-    /* n from the first state input (required to be given) */
-    PyObject *first = PyTuple_GET_ITEM(ins, 0);
-    Py_ssize_t n = -1;
-    if (first != Py_None && PyObject_CheckBuffer(first)) {
-        Py_buffer probe;
-        if (PyObject_GetBuffer(first, &probe, PyBUF_ND) == 0) {
-            n = probe.ndim > 0 ? probe.shape[0] : -1;
-            PyBuffer_Release(&probe);
-        } else {
-            PyErr_Clear();
-        }
-    }
-    fits = n > 0;
+    int fits = n > 0;
     for (Py_ssize_t i = 0; fits && i < n_state; ++i) {
         PyObject *x = i < n_given ? PyTuple_GET_ITEM(ins, i) : Py_None;
         if (x == Py_None) {
