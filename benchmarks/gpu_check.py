@@ -373,8 +373,7 @@ def _measure_runtime(state: dict) -> None:
                 row["overhead_cupy_sync_us"] = row["cupy_out_us"] - row["raw_resident_us"]
             r = raw.get((name, n))
             if r:
-                row.update(kernel_us=r["kernel_us"], resident_us=r["resident_us"], launch_us=r.get("launch_us"),
-                           io_us=r["io_us"])
+                row.update(kernel_us=r["kernel_us"], resident_us=r["resident_us"], io_us=r["io_us"])
             out["overhead"].append(row)
     state["runtime"] = out
 

@@ -8,8 +8,7 @@
 // Kernel-only times are single launches bracketed by cudaEvents (median over repeats
 // after warm-up), the same way as an empty kernel of the same grid, timed in the same
 // run (the launch floor).  "graph" replays a captured CUDA graph of one launch.
-// "resident" is host-timed around launch + synchronise (upstream's release method); "launch" is the
-// host time of one asynchronous launch among back-to-back ones.
+// "resident" is host-timed around launch + synchronise (upstream's release method).
 // "io" is the host wrapper: pinned inputs copied in, kernel, outputs copied back.
 #include <algorithm>
 #include <chrono>
@@ -88,22 +87,6 @@ template <typename F> static double time_events(F f, int repeats, int warmup, cu
     return median(t);
 }
 
-// Host time of one asynchronous launch: rounds of back-to-back launches, one synchronisation
-// after each round (per launch: max(host cost, GPU time)); median over rounds.
-template <typename F> static double time_launch(F f, int rounds, cudaStream_t s) {
-    constexpr int per_round = 100;
-    std::vector<double> t;
-    for (int r = 0; r < rounds + 2; ++r) {
-        CHECK(cudaStreamSynchronize(s));
-        auto t0 = std::chrono::high_resolution_clock::now();
-        for (int i = 0; i < per_round; ++i) f();
-        auto t1 = std::chrono::high_resolution_clock::now();
-        CHECK(cudaStreamSynchronize(s));
-        if (r >= 2) t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / per_round);
-    }
-    return median(t);
-}
-
 template <typename F> static double time_host(F f, int repeats, int warmup, cudaStream_t s) {
     std::vector<double> t;
     for (int i = 0; i < warmup + repeats; ++i) {
@@ -152,7 +135,6 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             double graph = time_graph(b, cfg, s, repeats, warmup, false);
             double graph_empty = time_graph(b, cfg, s, repeats, warmup, true);
             double resident = time_host([&] { CHECK(launch(b, cfg, s)); }, repeats, warmup, s);
-            double launch_only = time_launch([&] { CHECK(launch(b, cfg, s)); }, 9, s);
             double io = -1;
             if (layout == g::LAYOUT_AUTO) {
                 g::gridData<T> *hd = g::init_gridData<T>(n);
@@ -172,10 +154,10 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             std::fprintf(out,
                 "%s  {\"robot\": \"%s\", \"algorithm\": \"inverse_dynamics\", \"n\": %d, \"layout\": \"%s\", "
                 "\"resolved\": \"%s\", \"blocks\": %d, \"threads\": %d, \"kernel_us\": %.3f, \"empty_us\": %.3f, "
-                "\"graph_us\": %.3f, \"graph_empty_us\": %.3f, \"resident_us\": %.3f, \"launch_us\": %.3f, \"io_us\": %.3f}",
+                "\"graph_us\": %.3f, \"graph_empty_us\": %.3f, \"resident_us\": %.3f, \"io_us\": %.3f}",
                 first ? "" : ",\n", robot.c_str(), n, lname,
                 resolved == g::LAYOUT_PER_STATE ? "per_state" : "block", blocks, threads, kernel, empty, graph,
-                graph_empty, resident, launch_only, io);
+                graph_empty, resident, io);
             first = false;
             std::fflush(out);
         }
