@@ -25,6 +25,8 @@ coalesce their accesses to host memory through shared memory).
 
 from __future__ import annotations
 
+import math
+
 import attrs
 
 from .algorithm import Port
@@ -208,13 +210,6 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
     return "\n".join(lines)
 
 
-def _elements(port: Port) -> int:
-    e = 1
-    for d in port.shape:
-        e *= int(d)
-    return e
-
-
 def _function_source(fn: AbiFunction, ns: str) -> list[str]:
     """The device form, the host form and their packed forms of one algorithm in one precision."""
     T = DTYPES[fn.dtype]
@@ -243,9 +238,9 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
     ]
     # the host form: inputs staged into one buffer and outputs out of one, through mapped
     # memory (small batches) or the copy engine (one transfer each way)
-    out_sizes = [f"n * {_elements(p)} * sizeof({T})" for p in fn.outputs]
-    in_sizes = [f"n * {_elements(p)} * sizeof({T})" for p in fn.inputs]
-    in_elements = " + ".join(f"({p.name} != nullptr ? {_elements(p)} : 0)" for p in fn.inputs) or "0"
+    out_sizes = [f"n * {math.prod(p.shape)} * sizeof({T})" for p in fn.outputs]
+    in_sizes = [f"n * {math.prod(p.shape)} * sizeof({T})" for p in fn.inputs]
+    in_elements = " + ".join(f"({p.name} != nullptr ? {math.prod(p.shape)} : 0)" for p in fn.inputs) or "0"
     body = [
         f"// {fn.algorithm}: host pointers, synchronous.  transfer: 0 by size, 1 copy engine, 2 mapped memory,",
         "// 3 mapped memory with coalesced (staged) accesses.",
@@ -276,7 +271,7 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
         body += [
             f"    const {T} *d_{p.name} = nullptr;",
             f"    if ({p.name} != nullptr) {{",
-            f"        if (!copy_finite(reinterpret_cast<{T} *>(h_in + i_{p.name}), {p.name}, n * {_elements(p)}))",
+            f"        if (!copy_finite(reinterpret_cast<{T} *>(h_in + i_{p.name}), {p.name}, n * {math.prod(p.shape)}))",
             f"            return GRID_ABI_NONFINITE_INPUT - {k};",
             f"        d_{p.name} = reinterpret_cast<const {T} *>(d_in + i_{p.name});",
             "    }",
