@@ -65,6 +65,24 @@ def rng(request):
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
+@pytest.fixture
+def general_calls(monkeypatch):
+    """``calls = general_calls(backend)``: one entry in ``calls`` per call that reaches the
+    backend's general path (the lean paths never do)."""
+
+    def watch(backend):
+        calls, general = [], backend._call
+
+        def counting(*args, **kwargs):
+            calls.append(1)
+            return general(*args, **kwargs)
+
+        monkeypatch.setattr(backend, "_call", counting)
+        return calls
+
+    return watch
+
+
 def pytest_collection_modifyitems(config, items):
     """`gpu`-marked tests need a CUDA device; they skip only when none is present."""
     if not any(item.get_closest_marker("gpu") for item in items):

@@ -98,19 +98,13 @@ def test_cupy_in_cupy_out(iiwa, rng):
 
 
 @pytest.mark.parametrize("framework", ["torch", "cupy"])
-def test_device_arrays_take_the_lean_path(iiwa, rng, framework, monkeypatch):
+def test_device_arrays_take_the_lean_path(iiwa, rng, framework, general_calls):
     """Contiguous arrays of the handle's dtype skip the general path; a strided view takes
     it, with the same answer."""
     mod = pytest.importorskip(framework)
     robot, h = iiwa
     run = h.with_launch()
-    general, calls = run._call, []
-
-    def counting(*a, **k):
-        calls.append(1)
-        return general(*a, **k)
-
-    monkeypatch.setattr(run, "_call", counting)
+    calls = general_calls(run)
     q, qd, qdd = _state(robot, rng)
     to_device = (lambda x: mod.from_numpy(x).cuda()) if framework == "torch" else mod.asarray
     to_host = (lambda x: x.cpu().numpy()) if framework == "torch" else mod.asnumpy

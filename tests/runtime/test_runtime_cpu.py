@@ -181,7 +181,7 @@ def test_the_c_call_path_builds_here():
 
 
 @pytest.mark.parametrize("path", ["c", "python"])
-def test_lean_numpy_path_is_taken_and_right(path, rng, monkeypatch):
+def test_lean_numpy_path_is_taken_and_right(path, rng, monkeypatch, general_calls):
     """Positional C-contiguous arrays of the handle's dtype never reach the general path;
     read-only inputs and out= included.  Anything else does, with the same answer."""
     from grid_core.errors import InputError
@@ -195,14 +195,7 @@ def test_lean_numpy_path_is_taken_and_right(path, rng, monkeypatch):
         assert plan.fastcall is not None
     q, qd, qdd = random_state(robot, rng, 10)
     expected = Reference(robot).inverse_dynamics(q, qd, qdd)
-    general = emu._call
-    calls = []
-
-    def counting(*a, **k):
-        calls.append(1)
-        return general(*a, **k)
-
-    monkeypatch.setattr(emu, "_call", counting)
+    calls = general_calls(emu)
     assert_close(emu.inverse_dynamics(q, qd, qdd), expected, 1e-9)
     frozen = [x.copy() for x in (q, qd, qdd)]
     for x in frozen:
