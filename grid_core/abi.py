@@ -12,7 +12,8 @@ returning a ``cudaError_t``; a host-pointer form ``grid_abi_X_f64_host(..., int 
 (synchronous, staged through reused pinned buffers); packed forms of both
 (``grid_abi_X_f64_packed`` / ``_host_packed``) taking one array of 64-bit words, which is what
 the Python runtime calls (one ctypes argument instead of a dozen converted ones); plus
-``grid_abi_info`` (sizes), ``grid_abi_synchronize`` and ``grid_abi_error_string``.  The
+``grid_abi_info`` (sizes), ``grid_abi_platform``, ``grid_abi_synchronize`` and
+``grid_abi_error_string``.  The
 workspace a launch needs is grown on demand (one buffer per precision, guarded by a mutex).
 
 The host form moves small batches through *mapped* pinned memory (the kernel reads and
@@ -182,6 +183,15 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "}",
         "",
         "int grid_abi_synchronize(void) { return int(cudaDeviceSynchronize()); }",
+        "",
+        "// Where the entries run: 0 on a CUDA device, 1 on the host (GRID_HOST_EMULATION).",
+        "int grid_abi_platform(void) {",
+        "#ifdef GRID_HOST_EMULATION",
+        "    return 1;",
+        "#else",
+        "    return 0;",
+        "#endif",
+        "}",
         "",
         "int grid_abi_device_count(void) {",
         "    int n = 0;",

@@ -43,6 +43,7 @@ class _Plan:
         ins, outs = backend._ports(alg)
         states = [p for p in ins if p.kind == "state"]
         params = [p for p in ins if p.kind == "param"]
+        self.alg = alg
         self.name = alg.name
         self.dtype = backend.dtype
         # tuples: the C form (fastcall.c) takes them as they are
@@ -77,6 +78,7 @@ class _Plan:
                           len(words), k, self.dtype.itemsize, self.dtype.char)
         self.torch = None  # (Tensor type, dtype, current raw stream), on the first tensor
         self.cupy = None  # (ndarray type, current stream, current device, empty), on the first CuPy array
+        self.jax: dict = {}  # inputs given -> the jitted FFI call, params at their defaults (runtime.jax_ffi)
         self.paths: dict = {}  # argument type -> its lean path (or None: the general path)
 
     def words(self, entry: str):
@@ -187,6 +189,10 @@ class AbiBackend:
     def _lib(self):
         raise NotImplementedError
 
+    def _library_file(self):
+        """The built library's path (the JAX path's handler loads it by name)."""
+        raise NotImplementedError
+
     def _suffix(self) -> str:
         return "f32" if self.dtype == np.float32 else "f64"
 
@@ -250,7 +256,13 @@ class AbiBackend:
     def _call(self, alg, args, kwargs):
         """The general path: any accepted input, validated and converted as needed."""
         out = kwargs.pop("out", None)
-        for x in (*args, *kwargs.values()):
+        from .runtime import jax_ffi
+
+        values = (*args, *kwargs.values())
+        if any(jax_ffi.is_jax(x) for x in values):
+            # JAX arrays and tracers: one XLA FFI call (XLA's buffers and stream, jit and vmap)
+            return jax_ffi.call(self, alg, args, kwargs, out)
+        for x in values:
             if type(x) is not np.ndarray and x is not None and is_device_array(x):
                 if not self.accepts_device_arrays:
                     raise InputError(f"{alg.name}: {type(self).__name__} runs on the host; pass numpy arrays, "
@@ -442,9 +454,13 @@ class AbiBackend:
         """The lean path for arguments of type ``t`` (by its first argument), or None."""
         if t is np.ndarray:
             return AbiBackend._numpy_fast
+        module = t.__module__.split(".", 1)[0]
+        if module in ("jax", "jaxlib") and t.__name__ == "ArrayImpl":
+            from .runtime import jax_ffi
+
+            return jax_ffi.lean
         if not self.accepts_device_arrays:
             return None
-        module = t.__module__.split(".", 1)[0]
         if module == "torch" and t.__name__ == "Tensor":
             return AbiBackend._torch_fast
         if module == "cupy" and t.__name__ == "ndarray":
@@ -511,17 +527,11 @@ class AbiBackend:
 
         Shapes and dtypes are checked (a dtype other than the handle's is converted on the
         device); values are not scanned for NaN, which would cost a device reduction."""
+        from .reference import bind_arguments
         from .runtime import arrays
 
         ins, outs_p = self._ports(alg)
-        names = [p.name for p in ins]
-        if len(args) > len(names):
-            raise InputError(f"{alg.name}: takes {len(names)} arguments ({', '.join(names)}), got {len(args)}")
-        given = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise InputError(f"{alg.name}: unexpected argument '{k}' (takes {', '.join(names)})")
-            given[k] = v
+        given = bind_arguments(alg.name, ins, args, kwargs)
         batch, like = None, None
         states, params = [], []
         for p in ins:
@@ -572,10 +582,8 @@ class AbiBackend:
         c_args += [a.ctypes.data_as(ctypes.c_void_p) for a in params]
         fn = getattr(self._lib(), f"grid_abi_{alg.name}_{self._suffix()}")
         err = fn(*c_args, n, *self._launch_of(alg.name), ctypes.c_void_p(arrays.stream_of(like)))
-        if err == 0 and like.framework == "jax":
-            err = self._lib().grid_abi_synchronize()
         self._check(err, f"{alg.name} launch")
-        result = [arrays.finish(d) for d in wrapped]
+        result = [d.obj for d in wrapped]
         return result[0] if len(result) == 1 else tuple(result)
 
     def close(self) -> None:
@@ -654,3 +662,6 @@ class Emulated(AbiBackend):
         if self._handle is None:
             self._handle = load_abi(self.library_path())
         return self._handle
+
+    def _library_file(self):
+        return self.library_path()

@@ -108,19 +108,26 @@ class Reference:
         return f"<Reference {self.robot!r}>"
 
 
-def bind_inputs(alg: Algorithm, robot: Robot, args, kwargs) -> tuple[dict, int | None]:
-    """Bind call arguments to the algorithm's ports, validate, find the batch size."""
-    ports: tuple[Port, ...] = alg.inputs(robot)
+def bind_arguments(name: str, ports, args, kwargs) -> dict:
+    """Positional and keyword call arguments by port name (unknown, surplus or repeated
+    arguments are refused, naming them); nothing is converted."""
     names = [p.name for p in ports]
     if len(args) > len(ports):
-        raise InputError(f"{alg.name}: takes {len(ports)} arguments ({', '.join(names)}), got {len(args)}")
+        raise InputError(f"{name}: takes {len(ports)} arguments ({', '.join(names)}), got {len(args)}")
     given = dict(zip(names, args))
     for k, v in kwargs.items():
         if k not in names:
-            raise InputError(f"{alg.name}: unexpected argument '{k}' (takes {', '.join(names)})")
+            raise InputError(f"{name}: unexpected argument '{k}' (takes {', '.join(names)})")
         if k in given:
-            raise InputError(f"{alg.name}: argument '{k}' given twice")
+            raise InputError(f"{name}: argument '{k}' given twice")
         given[k] = v
+    return given
+
+
+def bind_inputs(alg: Algorithm, robot: Robot, args, kwargs) -> tuple[dict, int | None]:
+    """Bind call arguments to the algorithm's ports, validate, find the batch size."""
+    ports: tuple[Port, ...] = alg.inputs(robot)
+    given = bind_arguments(alg.name, ports, args, kwargs)
     bound: dict = {}
     batch: int | None = None
     batch_from = None

@@ -1,9 +1,10 @@
 """CUDA arrays from other frameworks, without importing any of them.
 
-PyTorch tensors, CuPy arrays, JAX arrays and anything exposing
-``__cuda_array_interface__`` or a CUDA ``__dlpack__`` are read in place: a
-device pointer, a shape and a dtype; outputs are made by the same framework on
-the same device, so results stay on the GPU (no host round trip).
+PyTorch tensors, CuPy arrays and anything exposing ``__cuda_array_interface__``
+or a CUDA ``__dlpack__`` are read in place: a device pointer, a shape and a
+dtype; outputs are made by the same framework on the same device, so results
+stay on the GPU (no host round trip).  JAX arrays take another road, an XLA FFI
+call (:mod:`grid_core.runtime.jax_ffi`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class DeviceArray:
     ptr: int
     shape: tuple
     dtype: np.dtype
-    framework: str  # "torch", "cupy", "jax"
+    framework: str  # "torch", "cupy"
 
 
 def is_device_array(x) -> bool:
@@ -49,8 +50,6 @@ def _framework(x) -> str:
     mod = _module(x)
     if mod in ("torch", "cupy"):
         return mod
-    if mod in ("jax", "jaxlib"):
-        return "jax"
     return "cupy"  # anything else with the interface is viewed through CuPy
 
 
@@ -68,14 +67,6 @@ def wrap(name: str, x, dtype: np.dtype) -> DeviceArray:
         if not x.is_contiguous():
             x = x.contiguous()
         return DeviceArray(x, x.data_ptr(), tuple(x.shape), np.dtype(dtype), "torch")
-    if fw == "jax":
-        import jax.numpy as jnp
-
-        if x.dtype != dtype:
-            x = x.astype(jnp.float32 if dtype == np.float32 else jnp.float64)
-        x.block_until_ready()
-        cai = x.__cuda_array_interface__
-        return DeviceArray(x, int(cai["data"][0]), tuple(cai["shape"]), np.dtype(dtype), "jax")
     import cupy
 
     if not hasattr(x, "__cuda_array_interface__") or _module(x) != "cupy":
@@ -127,11 +118,3 @@ def stream_of(like: DeviceArray) -> int:
         return int(cupy.cuda.get_current_stream().ptr)
     return 0
 
-
-def finish(out: DeviceArray):
-    """The user-facing object of an output (JAX outputs are made through CuPy, then handed over)."""
-    if out.framework == "jax":
-        import jax.dlpack
-
-        return jax.dlpack.from_dlpack(out.obj)
-    return out.obj

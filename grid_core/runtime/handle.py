@@ -86,3 +86,6 @@ class RobotHandle(AbiBackend):
         if self._handle is None:
             self._handle = load_abi(self._path)
         return self._handle
+
+    def _library_file(self):
+        return self._path

@@ -79,6 +79,22 @@ def test_gpu_library_builds_with_nvcc_and_reports_status(tmp_path, monkeypatch, 
         assert hasattr(lib, sym)
     info = (ctypes.c_int * 4)()
     assert lib.grid_abi_info(info, 4) == 4 and list(info)[:3] == [7, 7, 7]
+    assert lib.grid_abi_platform() == 0  # a CUDA build (host emulation says 1)
+
+    # the JAX handler refuses it on XLA:CPU, naming the fix, instead of handing it host memory
+    import jax
+    import jax.numpy as jnp
+
+    from grid_core.runtime import jax_ffi
+
+    jax_ffi.register()
+    q = jnp.ones((2, 7), jnp.float32)
+    call = jax.ffi.ffi_call(jax_ffi.TARGET, jax.ShapeDtypeStruct((2, 7), jnp.float32))
+    with pytest.raises(Exception, match="this library runs on the GPU; a JAX computation on the CPU"):
+        call(q, q, q, library=str(path), symbol="grid_abi_inverse_dynamics_f32_packed", itemsize=4,
+             inputs=np.array([0, 1, 2, -1], np.int64), input_sizes=np.array([7, 7, 7, 42], np.int64),
+             output_sizes=np.array([7], np.int64), params=np.zeros(3), param_sizes=np.array([3], np.int64),
+             launch=np.zeros(4, np.int64)).block_until_ready()
 
 
 BUILD_ONE = textwrap.dedent(
