@@ -11,7 +11,7 @@ one larger batch).  Params (``gravity``, ``dt``) are attributes of the call, so 
 The handler library is robot-independent: built once per jaxlib version with the host C++
 compiler against the headers jaxlib ships (``jax.ffi.include_dir()``) and cached by
 content (:mod:`grid_core.buildcache`).  On XLA:CPU the same call runs an
-:class:`~grid_core.Emulated` library (how CI tests this path without a GPU).
+:class:`~grid_core.testing.Emulated` library (how CI tests this path without a GPU).
 """
 
 from __future__ import annotations
@@ -65,11 +65,9 @@ def register() -> None:
             lib = ctypes.CDLL(str(_build()))
         except BuildError as exc:
             raise BuildError(f"the JAX call path needs its XLA FFI handler, which did not build: {exc}") from None
+        # (a CPU-only jaxlib takes the CUDA registration too, keeping it for a plugin it lacks)
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.grid_ffi_call_host), platform="cpu")
-        try:
-            jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.grid_ffi_call_cuda), platform="CUDA")
-        except Exception:  # a jaxlib without the CUDA plugin: CPU only  # pragma: no cover - CI has it
-            pass
+        jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.grid_ffi_call_cuda), platform="CUDA")
         _state["lib"] = lib
 
 
