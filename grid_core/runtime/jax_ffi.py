@@ -164,9 +164,10 @@ def lean(backend, plan, args, out):
     from ..backends import _FALLBACK
 
     fn = plan.jax.get(len(args))
-    if fn is None or out is not None:
-        if out is not None or len(args) > plan.n_state or any(plan.required[len(args):]):
-            return _FALLBACK
+    if fn is None or out is not None or any(x is None for x in args):
+        if out is not None or len(args) > plan.n_state or any(plan.required[len(args):]) or \
+                any(x is None for x in args):
+            return _FALLBACK  # (an input given as None: the general path omits it)
         _check_mode(backend, plan.alg)
         register()
         ins, _ = backend._ports(plan.alg)

@@ -78,6 +78,8 @@ def test_optional_inputs_params_and_single_state(robot, rng):
     # the optional f_ext given by keyword, gravity not the default
     out = h.inverse_dynamics(jq, jqd, qdd=jqdd, f_ext=jf, gravity=gravity)
     assert_close(np.asarray(out), ref.inverse_dynamics(q, qd, qdd, f_ext, gravity=gravity), 1e-4)
+    # an optional input given positionally as None is omitted
+    assert_close(np.asarray(h.inverse_dynamics(jq, jqd, jqdd, None)), ref.inverse_dynamics(q, qd, qdd), 1e-4)
     # params are attributes: a Python value under jit is fine
     jitted = jax.jit(lambda a, b, c: h.inverse_dynamics(a, b, c, gravity=gravity))
     assert_close(np.asarray(jitted(jq, jqd, jqdd)), ref.inverse_dynamics(q, qd, qdd, gravity=gravity), 1e-4)
