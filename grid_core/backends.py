@@ -120,6 +120,27 @@ def _check_settings(settings: dict) -> None:
         raise ValueError(f"transfer must be one of {', '.join(TRANSFERS)}")
 
 
+def batch_of(name: str, shaped, what: str) -> int | None:
+    """The batch size of state inputs given as ``(port, shape)`` pairs, each of shape
+    ``port.shape`` (one state) or ``(N, *port.shape)``; None when all are single states.
+    Other shapes, unequal batch sizes and a mix of the two forms are refused, naming the
+    argument (``what`` names the kind of array in the last message)."""
+    batch, single = None, False
+    for p, shape in shaped:
+        if len(shape) == len(p.shape) + 1 and shape[1:] == p.shape:
+            if batch is not None and shape[0] != batch:
+                raise InputError(f"{name}: argument '{p.name}' has batch size {shape[0]}, others {batch}")
+            batch = shape[0]
+        elif shape == p.shape:
+            single = True
+        else:
+            raise InputError(f"{name}: argument '{p.name}' has shape {shape}, expected {p.shape} "
+                             f"or (N, {', '.join(map(str, p.shape))})")
+    if single and batch is not None:
+        raise InputError(f"{name}: mix of batched and single-state {what} inputs (batch them all)")
+    return batch
+
+
 def _outputs(out, ports, n, batch, dtype) -> list[np.ndarray]:
     """Output arrays: the caller's ``out=`` (checked) or fresh ones."""
     shapes = [(n, *p.shape) if batch is not None else (1, *p.shape) for p in ports]
@@ -532,7 +553,7 @@ class AbiBackend:
 
         ins, outs_p = self._ports(alg)
         given = bind_arguments(alg.name, ins, args, kwargs)
-        batch, like = None, None
+        like = None
         states, params = [], []
         for p in ins:
             x = given.get(p.name, p.default)
@@ -551,17 +572,9 @@ class AbiBackend:
                 raise InputError(f"{alg.name}: argument '{p.name}' is on the host while others are CUDA arrays; "
                                  "pass every array on the same side")
             d = arrays.wrap(p.name, x, self.dtype)
-            if len(d.shape) == len(p.shape) + 1 and d.shape[1:] == p.shape:
-                if batch is not None and d.shape[0] != batch:
-                    raise InputError(f"{alg.name}: argument '{p.name}' has batch size {d.shape[0]}, others {batch}")
-                batch = d.shape[0]
-            elif d.shape != p.shape:
-                raise InputError(f"{alg.name}: argument '{p.name}' has shape {d.shape}, expected {p.shape} "
-                                 f"or (N, {', '.join(map(str, p.shape))})")
             like = like or d
             states.append((p, d))
-        if any(s is not None and batch is not None and s[1].shape == s[0].shape for s in states):
-            raise InputError(f"{alg.name}: mix of batched and single-state CUDA inputs (batch them all)")
+        batch = batch_of(alg.name, [(p, d.shape) for p, d in filter(None, states)], "CUDA")
         n = 1 if batch is None else batch
         shapes = [(n, *p.shape) if batch is not None else p.shape for p in outs_p]
         if out is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import buildcache
+from ..backends import _FALLBACK, batch_of
 from ..errors import BuildError, InputError
 
 TARGET = "grid_rbd_call"
@@ -123,23 +124,11 @@ def _function(backend, alg, present: tuple[bool, ...], params: tuple[float, ...]
 
     def call(*xs):
         # runs while JAX traces: shapes and dtypes are known, values are not
-        batch, single, converted = None, False, []
         for p, x in zip(given, xs):
             if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)):
                 raise InputError(f"{alg.name}: argument '{p.name}' has dtype {x.dtype}, expected a real array")
-            shape = tuple(x.shape)
-            if len(shape) == len(p.shape) + 1 and shape[1:] == p.shape:
-                if batch is not None and shape[0] != batch:
-                    raise InputError(f"{alg.name}: argument '{p.name}' has batch size {shape[0]}, others {batch}")
-                batch = shape[0]
-            elif shape == p.shape:
-                single = True
-            else:
-                raise InputError(f"{alg.name}: argument '{p.name}' has shape {shape}, expected {p.shape} "
-                                 f"or (N, {', '.join(map(str, p.shape))})")
-            converted.append(x if x.dtype == dtype else x.astype(dtype))
-        if single and batch is not None:
-            raise InputError(f"{alg.name}: mix of batched and single-state JAX inputs (batch them all)")
+        batch = batch_of(alg.name, [(p, tuple(x.shape)) for p, x in zip(given, xs)], "JAX")
+        converted = [x if x.dtype == dtype else x.astype(dtype) for x in xs]
         lead = () if batch is None else (batch,)
         results = [jax.ShapeDtypeStruct((*lead, *p.shape), dtype) for p in outs]
         values = jax.ffi.ffi_call(TARGET, results, vmap_method="broadcast_all")(*converted, **attrs)
@@ -161,13 +150,13 @@ def lean(backend, plan, args, out):
     """The lean path: arrays passed positionally, params at their defaults: straight into
     the cached jitted call (checked when JAX traces it).  Anything else returns
     ``FALLBACK`` (the general path, :func:`call`)."""
-    from ..backends import _FALLBACK
 
+    if out is not None or any(x is None for x in args):
+        return _FALLBACK  # (an input given as None: the general path omits it)
     fn = plan.jax.get(len(args))
-    if fn is None or out is not None or any(x is None for x in args):
-        if out is not None or len(args) > plan.n_state or any(plan.required[len(args):]) or \
-                any(x is None for x in args):
-            return _FALLBACK  # (an input given as None: the general path omits it)
+    if fn is None:
+        if len(args) > plan.n_state or any(plan.required[len(args):]):
+            return _FALLBACK
         _check_mode(backend, plan.alg)
         register()
         ins, _ = backend._ports(plan.alg)
