@@ -117,4 +117,3 @@ def stream_of(like: DeviceArray) -> int:
 
         return int(cupy.cuda.get_current_stream().ptr)
     return 0
-

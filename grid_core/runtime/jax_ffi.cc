@@ -134,9 +134,13 @@ ffi::Error call(void *stream, int platform, ffi::RemainingArgs args, ffi::Remain
     }
     if (n == 0) return ffi::Error::Success();  // an empty batch: nothing to launch
 
-    // params: host values the entry reads before it launches, in its own dtype
-    std::vector<float> p32(params.begin(), params.end());
-    std::vector<double> p64(params.begin(), params.end());
+    // params: host values the entry reads before it launches, in its own dtype (one of the two)
+    std::vector<float> p32;
+    std::vector<double> p64;
+    if (itemsize == 4)
+        p32.assign(params.begin(), params.end());
+    else
+        p64.assign(params.begin(), params.end());
     const size_t first_param = n_out + n_in;
     size_t offset = 0;
     for (size_t i = 0; i < n_param; ++i) {
