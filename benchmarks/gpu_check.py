@@ -76,6 +76,27 @@ def variants():
     return out
 
 
+def _build_key(cmd, inputs) -> str:
+    """What a build output depends on: its command line (made relative to the tree) and its
+    inputs' contents.  Content, not file times: a tree copied onto another machine keeps its
+    carried builds."""
+    import hashlib
+
+    h = hashlib.sha256(" ".join(str(c).replace(str(ROOT), ".") for c in cmd).encode())
+    for path in inputs:
+        h.update(Path(path).read_bytes())
+    return h.hexdigest()
+
+
+def _fresh(output: Path, cmd, inputs) -> bool:
+    stamp = output.with_name(output.name + ".key")
+    return output.exists() and stamp.exists() and stamp.read_text() == _build_key(cmd, inputs)
+
+
+def _stamp(output: Path, cmd, inputs) -> None:
+    output.with_name(output.name + ".key").write_text(_build_key(cmd, inputs))
+
+
 def phase_build(state: dict) -> None:
     import warnings
 
@@ -93,21 +114,26 @@ def phase_build(state: dict) -> None:
         header = generate(grid_core.load_robot(name), ["inverse_dynamics"], **opts)
         hpath = d / "grid.cuh"
         exe = d / "bench"
-        if hpath.exists() and hpath.read_text() == header and exe.exists() and \
-                exe.stat().st_mtime > src.stat().st_mtime:
+        if not hpath.exists() or hpath.read_text() != header:
+            hpath.write_text(header)
+        cmd = ["nvcc", *NVCC_FLAGS, "-include", hpath, src, "-o", exe]
+        if _fresh(exe, cmd, [hpath, src]):
             continue
-        hpath.write_text(header)
-        res = run(["nvcc", *NVCC_FLAGS, "-include", hpath, src, "-o", exe])
+        res = run(cmd)
         if res.returncode:
             raise RuntimeError(f"nvcc failed for {label}:\n{res.stderr[-4000:]}")
+        _stamp(exe, cmd, [hpath, src])
     # the fused example (iiwa14)
     d = BUILD / "fused"
     d.mkdir(exist_ok=True)
     (d / "grid.cuh").write_text(generate(grid_core.load_robot("iiwa14"), ["inverse_dynamics"]))
-    res = run(["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"',
-               ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu", "-o", d / "fused"])
-    if res.returncode:
-        raise RuntimeError(f"nvcc failed for the fused example:\n{res.stderr[-4000:]}")
+    example = ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu"
+    cmd = ["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"]
+    if not _fresh(d / "fused", cmd, [d / "grid.cuh", example]):
+        res = run(cmd)
+        if res.returncode:
+            raise RuntimeError(f"nvcc failed for the fused example:\n{res.stderr[-4000:]}")
+        _stamp(d / "fused", cmd, [d / "grid.cuh", example])
     # the raw C++ launch as a library, for the runtime phase's same-process comparison
     raw_src = ROOT / "benchmarks" / "src" / "raw_launch.cu"
     for name in RUNTIME_ROBOTS:
@@ -117,12 +143,13 @@ def phase_build(state: dict) -> None:
             text = generate(grid_core.load_robot(name), ["inverse_dynamics"])
             if not header.exists() or header.read_text() != text:
                 header.write_text(text)
-        if lib.exists() and lib.stat().st_mtime > max(raw_src.stat().st_mtime, header.stat().st_mtime):
+        cmd = ["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", header, raw_src, "-o", lib]
+        if _fresh(lib, cmd, [header, raw_src]):
             continue
-        res = run(["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", BUILD / name / "grid.cuh",
-                   raw_src, "-o", lib])
+        res = run(cmd)
         if res.returncode:
             raise RuntimeError(f"nvcc failed for {lib}:\n{res.stderr[-4000:]}")
+        _stamp(lib, cmd, [header, raw_src])
     # the RobotHandle libraries the gpu tests load (same content hash there)
     import numpy as np  # noqa: F401
 
@@ -215,8 +242,8 @@ def _median_us(fn, repeats=300, warmup=30) -> float:
     return t[len(t) // 2]
 
 
-def _other_frameworks(row: dict, h, state_in, nv: int, sync, expected) -> None:
-    """CuPy (out= + sync, as torch) and JAX (a JAX array in, a JAX array out, ready) per call."""
+def _cupy_row(row: dict, h, state_in, nv: int, sync, expected) -> None:
+    """CuPy per call: out= + sync, as torch."""
     import numpy as np
 
     try:
@@ -233,20 +260,90 @@ def _other_frameworks(row: dict, h, state_in, nv: int, sync, expected) -> None:
 
         row["cupy_out_us"] = _median_us(call)
         row["cupy_matches_numpy"] = bool(np.allclose(cupy.asnumpy(co), expected, rtol=1e-5, atol=1e-5))
-    try:
-        import jax.numpy as jnp
-    except ImportError:  # pragma: no cover
-        jnp = None
-    if jnp is not None:
-        import jax
 
-        jq = [jnp.asarray(x) for x in state_in]
-        in_program = jax.jit(lambda a, b, c: h.inverse_dynamics(a, b, c))
-        floor = jax.jit(lambda a, b, c: a * 2.0)  # JAX's own cost: a trivial jitted program on the same arrays
-        row["jax_us"] = _median_us(lambda: h.inverse_dynamics(*jq).block_until_ready())
-        row["jax_jit_us"] = _median_us(lambda: in_program(*jq).block_until_ready())
-        row["jax_floor_us"] = _median_us(lambda: floor(*jq).block_until_ready())
-        row["jax_matches_numpy"] = bool(np.allclose(np.asarray(in_program(*jq)), expected, rtol=1e-5, atol=1e-5))
+
+CHAIN = 11  # calls in the chained JAX program of the runtime phase
+
+
+def _measure_jax(state: dict) -> None:
+    """JAX arrays in, JAX arrays out, in a process of its own: XLA's streams in the same CUDA
+    context slowed every other framework's launches and synchronisations (run wip-pool:
+    cudaDeviceSynchronize 0.6 -> 1.9 µs, the raw C++ launch 3.9 -> 5.0 µs).  Per row: eager,
+    inside jax.jit, JAX's floor (a trivial jitted program on the same arrays), and the cost of
+    each further call in one jitted chain of CHAIN calls against the raw C++ launch chained
+    alike (on a stream of its own, buffers from the library's allocator)."""
+    import ctypes
+    import warnings
+
+    import numpy as np
+
+    import grid_core
+    from grid_core.runtime import RobotHandle
+    from grid_core.testing import random_state
+
+    warnings.simplefilter("ignore")
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:  # pragma: no cover - the device image has it
+        state["jax"] = []
+        return
+    rows = []
+    for name in RUNTIME_ROBOTS:
+        robot = grid_core.load_robot(name)
+        h = RobotHandle(robot, ["inverse_dynamics"], np.float32, quiet=True)
+        lib = h._lib()
+        lib.grid_abi_malloc.restype = ctypes.c_void_p
+        lib.grid_abi_malloc.argtypes = [ctypes.c_size_t]
+        lib.grid_abi_memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        lib.grid_abi_free.argtypes = [ctypes.c_void_p]
+        rawlib = ctypes.CDLL(str(BUILD / name / "libraw.so"))
+        rawlib.raw_chain_us.restype = ctypes.c_double
+        rawlib.raw_chain_us.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_void_p] + [ctypes.c_int] * 2
+        rawlib.raw_stream_create.restype = ctypes.c_void_p
+        stream = rawlib.raw_stream_create()
+        rng = np.random.default_rng(0)
+        for n in (16, 256, 1024, 4096):
+            state_in = [x.astype(np.float32) for x in random_state(robot, rng, n)]
+            expected = h.inverse_dynamics(*state_in)
+            row = {"robot": name, "n": n}
+            jq = [jnp.asarray(x) for x in state_in]
+            in_program = jax.jit(lambda a, b, c: h.inverse_dynamics(a, b, c))
+            floor = jax.jit(lambda a, b, c: a * 2.0)
+            row["jax_us"] = _median_us(lambda: h.inverse_dynamics(*jq).block_until_ready())
+            row["jax_jit_us"] = _median_us(lambda: in_program(*jq).block_until_ready())
+            row["jax_floor_us"] = _median_us(lambda: floor(*jq).block_until_ready())
+            row["jax_matches_numpy"] = bool(np.allclose(np.asarray(in_program(*jq)), expected, rtol=1e-5, atol=1e-5))
+            # the raw chain's buffers: tau, q, qd, qdd, scratch
+            sizes = [expected.nbytes, *(x.nbytes for x in state_in), expected.nbytes]
+            bufs = [lib.grid_abi_malloc(b) for b in sizes]
+            for buf, x in zip(bufs[1:4], state_in):
+                lib.grid_abi_memcpy(buf, x.ctypes.data, x.nbytes, 1)
+            programs = {k: jax.jit(lambda a, b, c, k=k: _chained(h, a, b, c, k)) for k in (1, CHAIN)}
+
+            def jax_chain(k):
+                return _median_us(lambda: programs[k](*jq).block_until_ready(), repeats=100, warmup=10)
+
+            def raw_chain(k):
+                return rawlib.raw_chain_us(*bufs, n, stream, k, 100)
+
+            ours, raw = [], []
+            for _ in range(5):
+                raw.append((raw_chain(CHAIN) - raw_chain(1)) / (CHAIN - 1))
+                ours.append((jax_chain(CHAIN) - jax_chain(1)) / (CHAIN - 1))
+            d = sorted(a - b for a, b in zip(ours, raw))
+            row["jax_chain_us"], row["raw_chain_us"] = sorted(ours)[2], sorted(raw)[2]
+            row["jax_chain_overhead_us"], row["jax_chain_overhead_range"] = d[2], [d[0], d[-1]]
+            for buf in bufs:
+                lib.grid_abi_free(buf)
+            rows.append(row)
+    state["jax"] = rows
+
+
+def _chained(h, q, qd, x, k):
+    for _ in range(k):
+        x = h.inverse_dynamics(q, qd, x)
+    return x
 
 
 def phase_runtime(state: dict) -> None:
@@ -255,20 +352,32 @@ def phase_runtime(state: dict) -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        rows, result = Path(tmp) / "time.json", Path(tmp) / "runtime.json"
+        rows = Path(tmp) / "time.json"
         rows.write_text(json.dumps(state.get("time", [])))
-        res = subprocess.run([sys.executable, __file__, "--runtime-child", str(rows), str(result)], cwd=ROOT)
-        if res.returncode or not result.exists():
-            raise RuntimeError(f"the runtime measurement failed (exit {res.returncode})")
-        state["runtime"] = json.loads(result.read_text())
+        results = {}
+        # numpy, torch and CuPy in one process; JAX in another (see _measure_jax)
+        for part in ("arrays", "jax"):
+            result = Path(tmp) / f"{part}.json"
+            res = subprocess.run([sys.executable, __file__, "--runtime-child", part, str(rows), str(result)], cwd=ROOT)
+            if res.returncode or not result.exists():
+                raise RuntimeError(f"the runtime measurement ({part}) failed (exit {res.returncode})")
+            results[part] = json.loads(result.read_text())
+    runtime = results["arrays"]
+    jax_rows = {(x["robot"], x["n"]): x for x in results["jax"]}
+    for row in runtime["overhead"]:
+        row.update(jax_rows.get((row["robot"], row["n"]), {}))
+    state["runtime"] = runtime
 
 
-def _runtime_child(rows_path: str, result_path: str) -> None:
-    # JAX shares the device with torch and CuPy here: no 75% preallocation
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+def _runtime_child(part: str, rows_path: str, result_path: str) -> None:
     state = {"time": json.loads(Path(rows_path).read_text())}
-    _measure_runtime(state)
-    Path(result_path).write_text(json.dumps(state["runtime"]))
+    if part == "jax":
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        _measure_jax(state)
+        Path(result_path).write_text(json.dumps(state["jax"]))
+    else:
+        _measure_runtime(state)
+        Path(result_path).write_text(json.dumps(state["runtime"]))
 
 
 def _measure_runtime(state: dict) -> None:
@@ -377,7 +486,7 @@ def _measure_runtime(state: dict) -> None:
                 expected = h.inverse_dynamics(q, qd, qdd)
                 got = h.inverse_dynamics(tq, tqd, tqdd, out=o)
                 row["torch_matches_numpy"] = bool(np.allclose(got.cpu().numpy(), expected, rtol=1e-5, atol=1e-5))
-                _other_frameworks(row, h, (q, qd, qdd), robot.nv, sync, expected)
+                _cupy_row(row, h, (q, qd, qdd), robot.nv, sync, expected)
             if "cupy_out_us" in row and "raw_resident_us" in row:
                 row["overhead_cupy_sync_us"] = row["cupy_out_us"] - row["raw_resident_us"]
             r = raw.get((name, n))
@@ -520,8 +629,8 @@ def summary(state: dict) -> str:
                          f"{x['raw_launch_us']:>6.1f}{o_s:>8.1f} [{rs[0]:.1f}, {rs[1]:.1f}]{o_a:>8.1f} "
                          f"[{ra[0]:.1f}, {ra[1]:.1f}]  {met}{'' if x.get('torch_matches_numpy', True) else '  MISMATCH'}")
         lines.append("CuPy out= + sync and its overhead over the C++ resident (target < 10); JAX array in, JAX array out, "
-                     "ready: eager, inside jax.jit, and JAX's floor (a trivial jitted program on the same arrays, same "
-                     "process); upstream's JAX wrapper adds 200-300")
+                     "ready: eager, inside jax.jit, and JAX's floor (a trivial jitted program on the same arrays; JAX measured "
+                     "in a process of its own); upstream's JAX wrapper adds 200-300")
         for x in rt["overhead"]:
             if "cupy_out_us" in x:
                 o = x.get("overhead_cupy_sync_us")
@@ -530,6 +639,16 @@ def summary(state: dict) -> str:
                              f"{o if o is None else round(o, 1)}  {'' if x.get('cupy_matches_numpy', True) else 'MISMATCH'}"
                              f"   jax {x.get('jax_us', nan):>6.1f}  in jit {x.get('jax_jit_us', nan):>6.1f}  floor "
                              f"{x.get('jax_floor_us', nan):>6.1f}{'' if x.get('jax_matches_numpy', True) else '  MISMATCH'}")
+        if any("jax_chain_us" in x for x in rt["overhead"]):
+            lines.append(f"JAX inside one jitted program: each further call of a chain of {CHAIN} (µs), against the raw "
+                         "C++ launch chained alike in the same process; overhead = ours - raw, median of 5 paired rounds "
+                         "[min, max]; target < 10")
+            for x in rt["overhead"]:
+                if "jax_chain_us" in x:
+                    lo, hi = x["jax_chain_overhead_range"]
+                    o = x["jax_chain_overhead_us"]
+                    lines.append(f"  {x['robot']:<8}{x['n']:>6}  jax {x['jax_chain_us']:>6.2f}  raw {x['raw_chain_us']:>6.2f}"
+                                 f"  overhead {o:>6.2f} [{lo:.2f}, {hi:.2f}]  {'yes' if o < 10 else 'NO'}")
     f = state.get("fused")
     if isinstance(f, dict) and "fused_us" in f:
         lines.append("")
@@ -543,7 +662,7 @@ def main() -> int:
     ap.add_argument("--build", action="store_true", help="only build (no GPU needed)")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip")
     ap.add_argument("--repeats", type=int, default=200)
-    ap.add_argument("--runtime-child", nargs=2, metavar=("TIME_JSON", "OUT_JSON"), help=argparse.SUPPRESS)
+    ap.add_argument("--runtime-child", nargs=3, metavar=("PART", "TIME_JSON", "OUT_JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.runtime_child:
         _runtime_child(*args.runtime_child)

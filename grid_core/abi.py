@@ -19,7 +19,7 @@ workspace a launch needs is grown on demand (one buffer per precision, guarded b
 The host form moves small batches through *mapped* pinned memory (the kernel reads and
 writes host memory over the bus: no copy-engine transfer to set up, which is most of a
 small call's cost) and larger ones through the copy engine (one transfer each way):
-``transfer`` 0 picks by size (:data:`MAPPED_MAX_ELEMENTS`), 1 forces the copy engine,
+``transfer`` 0 picks by size (:func:`mapped_by_default`), 1 forces the copy engine,
 2 mapped memory, 3 mapped memory with the launch hint ``stage_io`` (kernels that support it
 coalesce their accesses to host memory through shared memory).
 """
@@ -36,13 +36,203 @@ from .model import Robot
 
 DTYPES = {"f32": "float", "f64": "double"}
 TRANSFERS = {"auto": 0, "copy": 1, "mapped": 2, "mapped_staged": 3}
-# Largest batch, in input elements (states x values per state), that the host form moves
-# through mapped memory.  Each element is one load over the bus, so the cost grows with it;
-# on the H200 (benchmarks/results, runtime phase) mapped memory was faster up to ~400 g1
-# states (42k elements) and at every iiwa14 batch to 4096 (86k).
-MAPPED_MAX_ELEMENTS = 40960
+# The host form moves a batch through mapped memory while (states) x (input values per state)^2
+# stays under this, and through the copy engine above it.  What mapped memory adds to the
+# kernel grew as that product on the H200 (about 4.8 ns per unit for iiwa14, go2 and g1 alike:
+# experiments of 2026-11-30, per state the loads are serial round trips over the bus), while
+# the copy engine costs a fixed ~15-25 µs for its two transfers: so mapped memory for iiwa14
+# to 4096 states, go2 to ~1300, g1 to ~350.
+MAPPED_MAX_WORK = 4_000_000
+
+
+def mapped_by_default(num_timesteps: int, values_per_state: int) -> bool:
+    """Whether ``transfer="auto"`` moves this batch through mapped memory (as the C code decides)."""
+    return num_timesteps * values_per_state * values_per_state <= MAPPED_MAX_WORK
 # Word index layout of the packed entries: the arguments in order, then these.
 PACKED_TAIL = ("num_timesteps", "layout", "tier", "threads", "blocks", "stream_or_transfer")
+
+
+# The host form's copies: every input into pinned staging (checked finite on the way), every
+# output out of it.  One core copies at ~5-10 GB/s, so large batches are cut into chunks that a
+# few helper threads take together with the caller (measured on the H200, go2 at 1024 states:
+# 12 µs of input copy on one core, 5 on four).
+_HOST_COPY_SOURCE = r"""
+namespace {
+// Copies n values and tells whether all are finite (NaN and inf have every exponent bit set):
+// one branch-free pass the compiler vectorises, so the check costs no second read.
+template <typename T> bool copy_finite(T *dst, const T *src, size_t n) {
+    using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;
+    const U mask = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
+    U bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+        U bits;
+        std::memcpy(&bits, src + i, sizeof(T));
+        std::memcpy(dst + i, &bits, sizeof(T));
+        bad |= U((bits & mask) == mask);
+    }
+    return bad == 0;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+// Helper threads for the host form's copies.  A job is `count` independent chunks; the caller
+// and every helper awake claim chunks from one counter, so the caller never waits for a helper
+// that is asleep: it takes whatever nobody else has.  Helpers spin for HELPER_SPIN after each
+// job (calls in a loop find them awake), then sleep.  GRID_HOST_THREADS sets how many helpers
+// there are (default: up to 3, one fewer than the cores; 0: none).  The pool is never
+// destroyed: its threads end with the process.
+class HostPool {
+  public:
+    using Job = void (*)(void *context, size_t index);
+
+    static HostPool &instance() {
+        static HostPool *pool = new HostPool();
+        return *pool;
+    }
+
+    // Runs job(context, i) for every i in [0, count); returns once all have run.
+    void run(Job job, void *context, size_t count) {
+        std::unique_lock<std::mutex> busy(run_lock_, std::try_to_lock);
+        // no helpers, another thread's job under way, or a forked child (no threads there)
+        if (helpers_ == 0 || !busy.owns_lock() || getpid() != pid_) {
+            for (size_t i = 0; i < count; ++i) job(context, i);
+            return;
+        }
+        {
+            std::lock_guard<std::mutex> guard(lock_);
+            job_ = job;
+            context_ = context;
+            count_ = count;
+            next_.store(0);
+            done_.store(0);
+            generation_.fetch_add(1, std::memory_order_release);
+            if (sleeping_ > 0) wake_.notify_all();
+        }
+        claim(job, context, count);
+        while (done_.load(std::memory_order_acquire) < count) cpu_relax();
+        {
+            std::lock_guard<std::mutex> guard(lock_);
+            job_ = nullptr;  // no helper joins this job any more
+        }
+        while (joined_.load(std::memory_order_acquire) != 0) cpu_relax();  // those in it find no chunk left
+    }
+
+  private:
+    static constexpr std::chrono::microseconds HELPER_SPIN{100};
+
+    HostPool() : pid_(getpid()) {
+        const unsigned cores = std::thread::hardware_concurrency();
+        const char *env = std::getenv("GRID_HOST_THREADS");
+        helpers_ = env != nullptr ? std::max(0, std::atoi(env)) : int(std::min(3u, cores > 1 ? cores - 1 : 0u));
+        for (int i = 0; i < helpers_; ++i) std::thread([this] { serve(); }).detach();
+    }
+
+    void claim(Job job, void *context, size_t count) {
+        for (size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < count;) {
+            job(context, i);
+            done_.fetch_add(1, std::memory_order_release);
+        }
+    }
+
+    void serve() {
+        uint64_t seen = generation_.load();
+        for (;;) {
+            const auto until = std::chrono::steady_clock::now() + HELPER_SPIN;
+            while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until)
+                cpu_relax();
+            std::unique_lock<std::mutex> guard(lock_);
+            if (generation_.load() == seen) {
+                ++sleeping_;
+                wake_.wait(guard, [&] { return generation_.load() != seen; });
+                --sleeping_;
+            }
+            seen = generation_.load();
+            if (job_ == nullptr) continue;  // that job is already over
+            const Job job = job_;
+            void *const context = context_;
+            const size_t count = count_;
+            joined_.fetch_add(1);
+            guard.unlock();
+            claim(job, context, count);
+            joined_.fetch_sub(1, std::memory_order_release);
+        }
+    }
+
+    const pid_t pid_;
+    int helpers_ = 0;
+    std::mutex run_lock_;  // one job at a time
+    std::mutex lock_;      // guards job_, context_, count_, sleeping_ and the start of a job
+    std::condition_variable wake_;
+    Job job_ = nullptr;
+    void *context_ = nullptr;
+    size_t count_ = 0;
+    int sleeping_ = 0;
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<size_t> next_{0}, done_{0};
+    std::atomic<int> joined_{0};
+};
+
+// One contiguous copy of a host call: a state input into staging, its finiteness reported as
+// bit `input` of copy_segments' result, or an output out of staging (input < 0).
+struct Segment {
+    char *dst;
+    const char *src;
+    size_t bytes;
+    int input;
+};
+
+// Batches from this many bytes are copied in chunks of GRID_ABI_CHUNK_BYTES by the pool.
+#define GRID_ABI_PARALLEL_MIN_BYTES (size_t(64) << 10)
+#define GRID_ABI_CHUNK_BYTES (size_t(16) << 10)
+
+template <typename T> uint32_t copy_range(const Segment &s, size_t from, size_t to) {
+    if (s.input < 0) {
+        std::memcpy(s.dst + from, s.src + from, to - from);
+        return 0;
+    }
+    const bool finite = copy_finite(reinterpret_cast<T *>(s.dst + from), reinterpret_cast<const T *>(s.src + from),
+                                    (to - from) / sizeof(T));
+    return finite ? 0u : 1u << s.input;
+}
+
+// Runs every copy; returns the bits of the inputs holding a NaN or inf.
+template <typename T> uint32_t copy_segments(const Segment *segments, int count) {
+    size_t total = 0;
+    for (int i = 0; i < count; ++i) total += segments[i].bytes;
+    uint32_t bad = 0;
+    if (total < GRID_ABI_PARALLEL_MIN_BYTES) {
+        for (int i = 0; i < count; ++i) bad |= copy_range<T>(segments[i], 0, segments[i].bytes);
+        return bad;
+    }
+    struct Chunk {
+        const Segment *segment;
+        size_t from, to;  // bytes, multiples of sizeof(T)
+    };
+    struct Context {
+        std::vector<Chunk> chunks;
+        std::atomic<uint32_t> bad{0};
+    } context;
+    for (int i = 0; i < count; ++i)
+        for (size_t from = 0; from < segments[i].bytes; from += GRID_ABI_CHUNK_BYTES)
+            context.chunks.push_back({&segments[i], from, std::min(from + GRID_ABI_CHUNK_BYTES, segments[i].bytes)});
+    HostPool::instance().run(
+        [](void *c, size_t index) {
+            Context &x = *static_cast<Context *>(c);
+            const Chunk &k = x.chunks[index];
+            const uint32_t b = copy_range<T>(*k.segment, k.from, k.to);
+            if (b != 0) x.bad.fetch_or(b);
+        },
+        &context, context.chunks.size());
+    return context.bad.load();
+}
+}  // namespace
+"""
 
 
 @attrs.frozen
@@ -79,9 +269,19 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
     lines = [
         "// Generated C ABI over a GRiD header (grid_core.abi); do not edit.",
         f'#include "{header_name}"',
+        "#include <unistd.h>",
+        "",
+        "#include <algorithm>",
+        "#include <atomic>",
+        "#include <chrono>",
+        "#include <condition_variable>",
         "#include <cstdint>",
+        "#include <cstdlib>",
+        "#include <cstring>",
         "#include <map>",
         "#include <mutex>",
+        "#include <thread>",
+        "#include <type_traits>",
         "#include <vector>",
         "",
         "namespace {",
@@ -154,24 +354,11 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "};",
         "}  // namespace",
         "",
-        f"#define GRID_ABI_MAPPED_MAX_ELEMENTS {MAPPED_MAX_ELEMENTS}",
+        f"#define GRID_ABI_MAPPED_MAX_WORK {MAPPED_MAX_WORK}ull",
         "#define GRID_ABI_TRY(expr) do { cudaError_t e_ = (expr); if (e_ != cudaSuccess) return int(e_); } while (0)",
         "// Host-path return code for a NaN or inf in state input k (k counted from 0): -1000 - k.",
         "#define GRID_ABI_NONFINITE_INPUT (-1000)",
-        "// Copies n values and tells whether all are finite (NaN and inf have every exponent bit set):",
-        "// one branch-free pass the compiler vectorises, so the check costs no second read.",
-        "template <typename T> bool copy_finite(T *dst, const T *src, size_t n) {",
-        "    using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;",
-        "    const U mask = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);",
-        "    U bad = 0;",
-        "    for (size_t i = 0; i < n; ++i) {",
-        "        U bits;",
-        "        std::memcpy(&bits, src + i, sizeof(T));",
-        "        std::memcpy(dst + i, &bits, sizeof(T));",
-        "        bad |= U((bits & mask) == mask);",
-        "    }",
-        "    return bad == 0;",
-        "}",
+        *_HOST_COPY_SOURCE.splitlines(),
         "",
         'extern "C" {',
         "",
@@ -267,7 +454,8 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
     for p, size in zip(fn.inputs, in_sizes):
         body.append(f"    const size_t i_{p.name} = in_bytes; if ({p.name} != nullptr) in_bytes += slice({size});")
     body += [
-        f"    const bool mapped = transfer >= 2 || (transfer == 0 && n * size_t({in_elements}) <= GRID_ABI_MAPPED_MAX_ELEMENTS);",
+        f"    const size_t per_state = {in_elements};  // input values per state",
+        "    const bool mapped = transfer >= 2 || (transfer == 0 && n * per_state * per_state <= GRID_ABI_MAPPED_MAX_WORK);",
         "    const size_t first = mapped ? 2 : 0;  // the buffer pair used",
         "    GRID_ABI_TRY(staging.ensure(first, out_bytes));",
         "    GRID_ABI_TRY(staging.ensure(first + 1, in_bytes > 0 ? in_bytes : 256));",
@@ -277,15 +465,22 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
         "    char *d_in = static_cast<char *>(staging.buffers[first + 1].device);",
     ]
     dev = [f"reinterpret_cast<{T} *>(d_out + o_{p.name})" for p in fn.outputs]
+    body += [
+        "    // the inputs into staging, checked finite on the way",
+        f"    Segment copies[{max(len(fn.inputs), 1)}];",
+        "    int count = 0;",
+    ]
     for k, p in enumerate(fn.inputs):
-        body += [
-            f"    const {T} *d_{p.name} = nullptr;",
-            f"    if ({p.name} != nullptr) {{",
-            f"        if (!copy_finite(reinterpret_cast<{T} *>(h_in + i_{p.name}), {p.name}, n * {math.prod(p.shape)}))",
-            f"            return GRID_ABI_NONFINITE_INPUT - {k};",
-            f"        d_{p.name} = reinterpret_cast<const {T} *>(d_in + i_{p.name});",
-            "    }",
-        ]
+        body.append(f"    if ({p.name} != nullptr) copies[count++] = {{h_in + i_{p.name}, "
+                    f"reinterpret_cast<const char *>({p.name}), {in_sizes[k]}, {k}}};")
+    body += [
+        f"    const uint32_t nonfinite = copy_segments<{T}>(copies, count);",
+        f"    for (int k = 0; nonfinite != 0 && k < {len(fn.inputs)}; ++k)",
+        "        if (nonfinite >> k & 1u) return GRID_ABI_NONFINITE_INPUT - k;",
+    ]
+    for p in fn.inputs:
+        body.append(f"    const {T} *d_{p.name} = {p.name} != nullptr ? reinterpret_cast<const {T} *>(d_in + i_{p.name}) "
+                    ": nullptr;")
         dev.append(f"d_{p.name}")
     dev += [p.name for p in fn.params]
     body += [
@@ -310,8 +505,8 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
         "        GRID_ABI_TRY(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, staging.stream));",
         "    GRID_ABI_TRY(cudaStreamSynchronize(staging.stream));",
     ]
-    for p, size in zip(fn.outputs, out_sizes):
-        body.append(f"    std::memcpy({p.name}, h_out + o_{p.name}, {size});")
+    body.append(f"    const Segment results[] = {{{', '.join(f'{{reinterpret_cast<char *>({p.name}), h_out + o_{p.name}, {size}, -1}}' for p, size in zip(fn.outputs, out_sizes))}}};")
+    body.append(f"    copy_segments<{T}>(results, {len(fn.outputs)});")
     body += ["    return 0;", "}", ""]
     lines += body
     # packed forms: word i is argument i (pointers as integers, 0 for none), then PACKED_TAIL

@@ -49,4 +49,31 @@ double raw_launch_us(T *tau, const T *q, const T *qd, const T *qdd, int n, void 
     }
     return median(t);
 }
+
+// Median µs of `k` launches in a row and one synchronisation, each launch's qdd the previous
+// one's tau (alternating between tau and scratch), over `repeats` (after 10 warm-ups): what a
+// chain of calls inside one program costs, as JAX's jitted chain in the runtime phase.
+double raw_chain_us(T *tau, const T *q, const T *qd, const T *qdd, T *scratch, int n, void *stream, int k,
+                    int repeats) {
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    std::vector<double> t;
+    for (int r = 0; r < repeats + 10; ++r) {
+        auto t0 = Clock::now();
+        for (int i = 0; i < k; ++i) {
+            T *out = i % 2 == 0 ? tau : scratch;
+            const T *acc = i == 0 ? qdd : (i % 2 == 0 ? scratch : tau);
+            if (launch(out, q, qd, acc, n, s) != cudaSuccess) return -1;
+        }
+        if (cudaStreamSynchronize(s) != cudaSuccess) return -1;
+        auto t1 = Clock::now();
+        if (r >= 10) t.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    return median(t);
+}
+
+// A non-blocking stream of its own (never serialised against another library's streams).
+void *raw_stream_create() {
+    cudaStream_t s = nullptr;
+    return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? static_cast<void *>(s) : nullptr;
+}
 }

@@ -42,13 +42,14 @@ def test_numpy_in_numpy_out(iiwa, rng):
 @pytest.mark.parametrize("transfer", ["auto", "copy", "mapped", "mapped_staged"])
 def test_numpy_transfer_modes(iiwa, rng, transfer):
     """Mapped memory and the copy engine, forced and chosen by size, outputs poisoned first."""
-    from grid_core.abi import MAPPED_MAX_ELEMENTS
+    from grid_core.abi import mapped_by_default
 
     robot, h = iiwa
     run = h.with_launch(transfer=transfer)
     run.set_poison(True)
+    per_state = robot.nq + 2 * robot.nv
     try:
-        for n in (1, 64, MAPPED_MAX_ELEMENTS // (robot.nq + 2 * robot.nv) + 5):
+        for n in (1, 64, next(n for n in range(1, 1 << 20) if not mapped_by_default(n, per_state))):
             q, qd, qdd = _state(robot, rng, n)
             assert_close(run.inverse_dynamics(q, qd, qdd), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4,
                          f"{transfer} n={n}")

@@ -164,14 +164,15 @@ def test_non_finite_inputs_are_named_on_the_fast_path(dtype, rng):
 @pytest.mark.parametrize("transfer", ["auto", "copy", "mapped", "mapped_staged"])
 def test_host_transfer_modes_equal_the_reference(transfer, rng):
     """Both ways the host form moves data (mapped memory, the copy engine) and the choice by
-    size: a batch either side of grid_core.abi.MAPPED_MAX_ELEMENTS, outputs poisoned first."""
-    from grid_core.abi import MAPPED_MAX_ELEMENTS
+    size: a batch either side of grid_core.abi.mapped_by_default, outputs poisoned first."""
+    from grid_core.abi import mapped_by_default
 
     robot = load("hyq")
     emu = Emulated(robot, ["inverse_dynamics"], np.float64, transfer=transfer)
     emu.set_poison(True)
     per_state = robot.nq + 2 * robot.nv
-    big = MAPPED_MAX_ELEMENTS // per_state + 5  # auto: the copy engine
+    big = next(n for n in range(1, 1 << 20) if not mapped_by_default(n, per_state))  # auto: the copy engine
+    assert mapped_by_default(big - 1, per_state) and 100 < big < 10000
     ref = Reference(robot)
     for n in (3, big):
         q, qd, qdd = random_state(robot, rng, n)
@@ -256,6 +257,66 @@ def test_threads_share_a_handle(rng):
     for case, outs in zip(cases, results):
         for out in outs:
             assert_close(out, ref.inverse_dynamics(*case), 1e-9)
+
+
+LARGE_BATCHES = textwrap.dedent("""
+    import threading
+    import numpy as np
+    import grid_core
+    from grid_core import Reference
+    from grid_core.errors import InputError
+    from grid_core.testing import Emulated, assert_close, random_state
+
+    robot = grid_core.load_robot("hyq")
+    ref = Reference(robot)
+    rng = np.random.default_rng(7)
+    n = 1500  # 1500 x 36 doubles: 432 KB of inputs, 27 chunks of the helpers' copy
+    q, qd, qdd = random_state(robot, rng, n)
+    f_ext = rng.normal(size=(n, robot.num_bodies, 6))
+    for transfer in ("copy", "mapped"):
+        emu = Emulated(robot, ["inverse_dynamics"], np.float64, transfer=transfer)
+        emu.set_poison(True)
+        assert_close(emu.inverse_dynamics(q, qd, qdd), ref.inverse_dynamics(q, qd, qdd), 1e-9, transfer)
+        assert_close(emu.inverse_dynamics(q, qd, qdd, f_ext), ref.inverse_dynamics(q, qd, qdd, f_ext), 1e-9)
+        # a NaN in the last chunk of one input, and one input before it bad too: the first is named
+        for bad, name in (((2, -1),), "qdd"), (((1, -1), (3, 0)), "qd"), (((3, -5), (0, n * robot.nq // 2)), "q"):
+            args = [x.copy() for x in (q, qd, qdd, f_ext)]
+            for i, at in bad:
+                args[i].reshape(-1)[at] = np.inf
+            try:
+                emu.inverse_dynamics(*args)
+            except InputError as exc:
+                assert f"argument '{name}' contains NaN or inf" in str(exc), exc
+            else:
+                raise AssertionError(f"no error for {bad}")
+    # calls from several threads at once: one runs the job on the helpers, the others copy alone
+    emu = Emulated(robot, ["inverse_dynamics"], np.float64)
+    cases = [random_state(robot, np.random.default_rng(s), n - 100 * s) for s in range(4)]
+    results = [None] * 4
+
+    def run(i):
+        results[i] = [emu.inverse_dynamics(*cases[i]) for _ in range(3)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for case, outs in zip(cases, results):
+        for out in outs:
+            assert_close(out, ref.inverse_dynamics(*case), 1e-9)
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("helpers", ["0", "3"])
+def test_large_batches_are_staged_by_helper_threads(helpers):
+    """Inputs of 64 KiB or more are copied (and checked finite) in chunks by helper threads
+    with the caller; GRID_HOST_THREADS sets their number.  Results, the input named for a NaN
+    in a late chunk, and concurrent calls, with none and with three helpers."""
+    env = {**os.environ, "GRID_HOST_THREADS": helpers}
+    res = subprocess.run([sys.executable, "-c", LARGE_BATCHES], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
 
 
 def test_emulation_refuses_cuda_arrays(rng):
