@@ -260,6 +260,7 @@ def test_threads_share_a_handle(rng):
 
 
 LARGE_BATCHES = textwrap.dedent("""
+    import os
     import threading
     import numpy as np
     import grid_core
@@ -305,6 +306,16 @@ LARGE_BATCHES = textwrap.dedent("""
     for case, outs in zip(cases, results):
         for out in outs:
             assert_close(out, ref.inverse_dynamics(*case), 1e-9)
+    # a forked child (the helpers are not there) copies alone
+    pid = os.fork()
+    if pid == 0:
+        try:
+            assert_close(emu.inverse_dynamics(q, qd, qdd), ref.inverse_dynamics(q, qd, qdd), 1e-9, "forked")
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the forked child failed"
     print("ok")
 """)
 
@@ -313,9 +324,9 @@ LARGE_BATCHES = textwrap.dedent("""
 def test_large_batches_are_staged_by_helper_threads(helpers):
     """Inputs of 64 KiB or more are copied (and checked finite) in chunks by helper threads
     with the caller; GRID_HOST_THREADS sets their number.  Results, the input named for a NaN
-    in a late chunk, and concurrent calls, with none and with three helpers."""
+    in a late chunk, concurrent calls and a forked child, with none and with three helpers."""
     env = {**os.environ, "GRID_HOST_THREADS": helpers}
-    res = subprocess.run([sys.executable, "-c", LARGE_BATCHES], env=env, capture_output=True, text=True, timeout=600)
+    res = subprocess.run([sys.executable, "-c", LARGE_BATCHES], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
 
 
