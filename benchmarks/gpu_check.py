@@ -242,24 +242,32 @@ def _median_us(fn, repeats=300, warmup=30) -> float:
     return t[len(t) // 2]
 
 
-def _cupy_row(row: dict, h, state_in, nv: int, sync, expected) -> None:
-    """CuPy per call: out= + sync, as torch."""
+def _cupy_row(row: dict, h, state_in, nv: int, sync, expected, rawlib) -> None:
+    """CuPy per call: out= + sync, round by round against the raw C++ launch + sync on the
+    same CuPy buffers (7 paired rounds, as torch)."""
     import numpy as np
 
     try:
         import cupy
     except ImportError:  # pragma: no cover - the device image has it
-        cupy = None
-    if cupy is not None:
-        cq = [cupy.asarray(x) for x in state_in]
-        co = cupy.empty((state_in[0].shape[0], nv), dtype=cupy.float32)
+        return
+    cq = [cupy.asarray(x) for x in state_in]
+    co = cupy.empty((state_in[0].shape[0], nv), dtype=cupy.float32)
+    ptrs = (co.data.ptr, *(x.data.ptr for x in cq))
 
-        def call():
-            h.inverse_dynamics(*cq, out=co)
-            sync()
+    def call():
+        h.inverse_dynamics(*cq, out=co)
+        sync()
 
-        row["cupy_out_us"] = _median_us(call)
-        row["cupy_matches_numpy"] = bool(np.allclose(cupy.asnumpy(co), expected, rtol=1e-5, atol=1e-5))
+    ours, raw = [], []
+    for _ in range(7):
+        raw.append(rawlib.raw_resident_us(*ptrs, co.shape[0], None, 100))
+        ours.append(_median_us(call, repeats=100))
+    d = sorted(a - b for a, b in zip(ours, raw))
+    row["cupy_out_us"] = sorted(ours)[3]
+    row["overhead_cupy_sync_us"], row["overhead_cupy_sync_range"] = d[3], [d[0], d[-1]]
+    h.inverse_dynamics(*cq, out=co)
+    row["cupy_matches_numpy"] = bool(np.allclose(cupy.asnumpy(co), expected, rtol=1e-5, atol=1e-5))
 
 
 CHAIN = 11  # calls in the chained JAX program of the runtime phase
@@ -486,9 +494,7 @@ def _measure_runtime(state: dict) -> None:
                 expected = h.inverse_dynamics(q, qd, qdd)
                 got = h.inverse_dynamics(tq, tqd, tqdd, out=o)
                 row["torch_matches_numpy"] = bool(np.allclose(got.cpu().numpy(), expected, rtol=1e-5, atol=1e-5))
-                _cupy_row(row, h, (q, qd, qdd), robot.nv, sync, expected)
-            if "cupy_out_us" in row and "raw_resident_us" in row:
-                row["overhead_cupy_sync_us"] = row["cupy_out_us"] - row["raw_resident_us"]
+                _cupy_row(row, h, (q, qd, qdd), robot.nv, sync, expected, rawlib)
             r = raw.get((name, n))
             if r:
                 row.update(kernel_us=r["kernel_us"], resident_us=r["resident_us"], io_us=r["io_us"])
@@ -628,15 +634,19 @@ def summary(state: dict) -> str:
                          f"{x['torch_out_torch_sync_us']:>7.1f}{x['raw_resident_us']:>7.1f}{x['torch_async_us']:>7.1f}"
                          f"{x['raw_launch_us']:>6.1f}{o_s:>8.1f} [{rs[0]:.1f}, {rs[1]:.1f}]{o_a:>8.1f} "
                          f"[{ra[0]:.1f}, {ra[1]:.1f}]  {met}{'' if x.get('torch_matches_numpy', True) else '  MISMATCH'}")
-        lines.append("CuPy out= + sync and its overhead over the C++ resident (target < 10); JAX array in, JAX array out, "
+        lines.append("CuPy out= + sync and its overhead over the C++ resident, median of 7 paired rounds [min, max] "
+                     "(target < 10); JAX array in, JAX array out, "
                      "ready: eager, inside jax.jit, and JAX's floor (a trivial jitted program on the same arrays; JAX measured "
                      "in a process of its own); upstream's JAX wrapper adds 200-300")
         for x in rt["overhead"]:
             if "cupy_out_us" in x:
                 o = x.get("overhead_cupy_sync_us")
                 nan = float("nan")
+                lo, hi = x.get("overhead_cupy_sync_range", (nan, nan))
                 lines.append(f"  {x['robot']:<8}{x['n']:>6}  cupy {x['cupy_out_us']:>6.1f}  over "
-                             f"{o if o is None else round(o, 1)}  {'' if x.get('cupy_matches_numpy', True) else 'MISMATCH'}"
+                             f"{o if o is None else round(o, 1)} [{lo:.1f}, {hi:.1f}] "
+                             f"{'yes' if o is not None and o < 10 else 'NO'}"
+                             f"{'' if x.get('cupy_matches_numpy', True) else ' MISMATCH'}"
                              f"   jax {x.get('jax_us', nan):>6.1f}  in jit {x.get('jax_jit_us', nan):>6.1f}  floor "
                              f"{x.get('jax_floor_us', nan):>6.1f}{'' if x.get('jax_matches_numpy', True) else '  MISMATCH'}")
         if any("jax_chain_us" in x for x in rt["overhead"]):
