@@ -76,6 +76,8 @@ class _Plan:
         self.fastcall = fastcall.module() if fits else None
         self.fast_head = (ctypes.cast(self.host_fn, ctypes.c_void_p).value, ctypes.addressof(self._templates["host"]),
                           len(words), k, self.dtype.itemsize, self.dtype.char)
+        self.fast_device_head = (ctypes.cast(self.device_fn, ctypes.c_void_p).value,
+                                 ctypes.addressof(self._templates["device"]), len(words), k)
         self.torch = None  # (Tensor type, dtype, current raw stream), on the first tensor
         self.cupy = None  # (ndarray type, current stream, current device, empty), on the first CuPy array
         self.jax: dict = {}  # inputs given -> the jitted FFI call, params at their defaults (runtime.jax_ffi)
@@ -102,6 +104,10 @@ class _Plan:
 
         self.cupy = (cupy.ndarray, cupy.cuda.get_current_stream, cupy.cuda.runtime.getDevice, cupy.empty)
         return self.cupy
+
+
+# fastcall.device's array protocols (fastcall.c)
+_TORCH, _CUPY = 0, 1
 
 
 def is_device_array(x) -> bool:
@@ -495,6 +501,24 @@ class AbiBackend:
             self._check(err, f"{plan.name} launch")
         return outs[0] if len(outs) == 1 else tuple(outs)
 
+    def _device_fastcall(self, plan: _Plan, args, out, n: int, protocol: int, array_type, dtype, dev: int,
+                         new_output, stream: int):
+        """The lean CUDA-array path in C: outputs allocated here (``new_output(shape)``) unless
+        ``out=`` is given, every array checked and the launch made by ``fastcall.device``."""
+        if out is None:
+            outs = tuple([new_output((n, *s)) for s in plan.out_shapes])
+        elif plan.n_out == 1:
+            outs = (out,)
+        else:
+            return _FALLBACK
+        err = plan.fastcall.device(*plan.fast_device_head, protocol, array_type, dtype, dev, stream, n, outs,
+                                   plan.out_shapes, args, plan.state_shapes, plan.required)
+        if err is None:
+            return _FALLBACK
+        if err:
+            self._check(err, f"{plan.name} launch")
+        return outs[0] if len(outs) == 1 else outs
+
     def _cupy_fast(self, plan: _Plan, args, out):
         """The lean path for C-contiguous CuPy arrays of the handle's dtype on the current
         device, passed positionally (params at their defaults), optional ``out=`` for a
@@ -504,6 +528,9 @@ class AbiBackend:
         if len(args) > plan.n_state or x0.ndim != plan.rank or x0.shape[0] == 0:
             return _FALLBACK
         dev, dt = current_device(), plan.dtype
+        if plan.fastcall is not None:  # the same, in C (grid_core/runtime/fastcall.c)
+            return self._device_fastcall(plan, args, out, x0.shape[0], _CUPY, ndarray, dt, dev,
+                                         lambda shape: empty(shape, dt), current_stream().ptr)
 
         def address(x, shape, writable):
             if type(x) is not ndarray or x.dtype != dt or not x.flags.c_contiguous or x.device.id != dev or \
@@ -529,6 +556,9 @@ class AbiBackend:
         dev = x0.get_device()
         if dev < 0 or x0.dim() != plan.rank or x0.shape[0] == 0:
             return _FALLBACK
+        if plan.fastcall is not None:  # the same, in C (grid_core/runtime/fastcall.c)
+            return self._device_fastcall(plan, args, out, x0.shape[0], _TORCH, tensor, tdtype, dev, x0.new_empty,
+                                         raw_stream(dev))
 
         def address(x, shape, writable):
             if type(x) is not tensor or x.dtype is not tdtype or x.get_device() != dev or not x.is_contiguous() \
