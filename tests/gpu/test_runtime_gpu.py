@@ -98,13 +98,21 @@ def test_cupy_in_cupy_out(iiwa, rng):
     assert_close(cupy.asnumpy(out), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4)
 
 
+@pytest.mark.parametrize("path", ["c", "python"])
 @pytest.mark.parametrize("framework", ["torch", "cupy"])
-def test_device_arrays_take_the_lean_path(iiwa, rng, framework, general_calls):
-    """Contiguous arrays of the handle's dtype skip the general path; a strided view takes
-    it, with the same answer."""
+def test_device_arrays_take_the_lean_path(iiwa, rng, framework, path, general_calls):
+    """Contiguous arrays of the handle's dtype skip the general path, in the C form of the
+    lean path and in its Python form; a strided view takes it, with the same answer."""
+    import grid_core
+
     mod = pytest.importorskip(framework)
     robot, h = iiwa
     run = h.with_launch()
+    plan = run._plan(grid_core.registry().algorithm("inverse_dynamics"))
+    if path == "python":
+        plan.fastcall = None
+    else:
+        assert plan.fastcall is not None
     calls = general_calls(run)
     q, qd, qdd = _state(robot, rng)
     to_device = (lambda x: mod.from_numpy(x).cuda()) if framework == "torch" else mod.asarray
