@@ -410,6 +410,8 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
 def _function_source(fn: AbiFunction, ns: str) -> list[str]:
     """The device form, the host form and their packed forms of one algorithm in one precision."""
     T = DTYPES[fn.dtype]
+    if len(fn.inputs) > 32:  # copy_segments reports a NaN or inf as one bit per state input
+        raise ValueError(f"{fn.algorithm}: the C ABI takes at most 32 state inputs, not {len(fn.inputs)}")
     ports = list(fn.outputs) + list(fn.inputs) + list(fn.params)
     args = [f"{T} *{p.name}" for p in fn.outputs]
     args += [f"const {T} *{p.name}" for p in fn.inputs]

@@ -354,3 +354,15 @@ def test_the_c_call_path_limits_match_its_source():
     source = (Path(fastcall.__file__).with_name("fastcall.c")).read_text()
     defines = dict(re.findall(r"#define (MAX_WORDS|MAX_ARRAYS) (\d+)", source))
     assert int(defines["MAX_WORDS"]) == fastcall.MAX_WORDS and int(defines["MAX_ARRAYS"]) == fastcall.MAX_ARRAYS
+
+
+def test_the_c_abi_refuses_more_state_inputs_than_its_nonfinite_report_has_bits():
+    from grid_core.abi import AbiFunction, _function_source
+    from grid_core.algorithm import Port
+
+    ports = tuple(Port(f"x{i}", (3,)) for i in range(33))
+    fn = AbiFunction("wide", "grid_abi_wide_f32", "f32", (Port("y", (3,)),), ports, ())
+    with pytest.raises(ValueError, match="at most 32 state inputs, not 33"):
+        _function_source(fn, "grid")
+    assert "grid_abi_wide_f32_host" in "\n".join(_function_source(
+        AbiFunction("wide", "grid_abi_wide_f32", "f32", (Port("y", (3,)),), ports[:32], ()), "grid"))
