@@ -54,11 +54,14 @@ def build(
     output: str,
     *,
     extra: dict | None = None,
+    key_command: list[str] | None = None,
     quiet: bool = True,
 ) -> tuple[Path, bool]:
     """Build ``output`` from ``sources`` with ``command`` (run in the build directory;
-    ``{out}`` in it is replaced by the output file name).  Returns ``(path, cached)``."""
-    key = content_key(sources, command, extra)
+    ``{out}`` in it is replaced by the output file name).  ``key_command`` stands for the
+    command in the key where it names the compiler by path and ``extra`` already identifies
+    it.  Returns ``(path, cached)``."""
+    key = content_key(sources, key_command or command, extra)
     suffix = Path(output).suffix
     final = cache_dir() / f"{label}-{key[:20]}{suffix}"
     if final.exists():

@@ -48,7 +48,10 @@ def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet:
     ticker = threading.Thread(target=progress, daemon=True)
     ticker.start()
     try:
-        path, cached = buildcache.build(label, sources, cmd, "libgrid.so", extra=extra)
+        # keyed by nvcc's version, not its path: the same compiler elsewhere (another machine,
+        # another install prefix) finds the same library
+        path, cached = buildcache.build(label, sources, cmd, "libgrid.so", extra=extra,
+                                        key_command=nvcc_command("nvcc", arch))
     except BuildError as exc:
         raise BuildError(f"{names}[{robot.name}]: nvcc failed for {arch}: {exc}") from None
     finally:

@@ -74,6 +74,15 @@ def test_gpu_library_builds_with_nvcc_and_reports_status(tmp_path, monkeypatch, 
     assert "grid: inverse_dynamics[iiwa14]" in first and "compiled in" in first
     again = build_gpu_library(robot, ["inverse_dynamics"], arch="sm_90")
     assert again == path and "(cached)" in capsys.readouterr().err
+    # the same nvcc under another path (another install prefix, another machine): the same entry
+    from grid_core.runtime.cuda import find_nvcc
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "nvcc").symlink_to(Path(find_nvcc()).resolve())
+    monkeypatch.setenv("GRID_NVCC", str(tmp_path / "elsewhere" / "nvcc"))
+    assert build_gpu_library(robot, ["inverse_dynamics"], arch="sm_90") == path
+    assert "(cached)" in capsys.readouterr().err
+    monkeypatch.delenv("GRID_NVCC")
     lib = ctypes.CDLL(str(path))  # loads without a driver: cudart is linked statically
     for sym in ("grid_abi_inverse_dynamics_f32", "grid_abi_inverse_dynamics_f64_host", "grid_abi_info"):
         assert hasattr(lib, sym)
