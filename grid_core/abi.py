@@ -41,7 +41,7 @@ TRANSFERS = {"auto": 0, "copy": 1, "mapped": 2, "mapped_staged": 3}
 # kernel grew as that product on the H200 (about 4.8 ns per unit for iiwa14, go2 and g1 alike:
 # experiments of 2026-11-30, per state the loads are serial round trips over the bus), while
 # the copy engine costs a fixed ~15-25 µs for its two transfers: so mapped memory for iiwa14
-# to 4096 states, go2 to ~1300, g1 to ~350.
+# to ~9000 states, go2 to ~1300, g1 to ~350.
 MAPPED_MAX_WORK = 4_000_000
 
 
