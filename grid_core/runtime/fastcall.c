@@ -1,7 +1,7 @@
 /* The lean call paths of the runtime in C: validate the arrays (numpy through the buffer
  * protocol; PyTorch and CuPy through their attributes), pack the C ABI's argument words and
- * call the packed entry with the GIL released.  Built on first use by grid_core.runtime.fastcall (cached by
- * content); without a C compiler or Python's headers the same path runs in Python.
+ * call the packed entry with the GIL released.  Built on first use by grid_core.runtime.fastcall
+ * (cached by content); without a C compiler or Python's headers the same path runs in Python.
  *
  * host(entry, template, nwords, n_index, itemsize, format, n, outs, out_shapes, ins, in_shapes,
  *      required) -> int | None
@@ -52,59 +52,100 @@ static int take(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n, PyOb
     return 1;
 }
 
-static PyObject *host(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "host() takes 12 arguments");
-        return NULL;
+/* What host() and device() share: the plan's head (entry, template, nwords, n_index) in
+ * args[0..3], its tail (n, outs, out_shapes, ins, in_shapes, required) from args[tail], and the
+ * argument words, which start as the template. */
+typedef struct {
+    packed_entry entry;
+    Py_ssize_t n_index, n, n_out, n_state, n_given;
+    PyObject *outs, *out_shapes, *ins, *in_shapes, *required;
+    uint64_t words[MAX_WORDS];
+} Call;
+
+/* Reads and checks the shared arguments; `reach` is how many words past n_index the entry
+ * reads.  0 with an exception set when they are malformed. */
+static int parse_call(const char *name, PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected,
+                      Py_ssize_t tail, Py_ssize_t reach, Call *c) {
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments", name, expected);
+        return 0;
     }
-    packed_entry entry = (packed_entry)PyLong_AsVoidPtr(args[0]);
+    c->entry = (packed_entry)PyLong_AsVoidPtr(args[0]);
     const uint64_t *template_words = (const uint64_t *)PyLong_AsVoidPtr(args[1]);
     Py_ssize_t nwords = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t n_index = PyLong_AsSsize_t(args[3]);
+    c->n_index = PyLong_AsSsize_t(args[3]);
+    c->n = PyLong_AsSsize_t(args[tail]);
+    c->outs = args[tail + 1];
+    c->out_shapes = args[tail + 2];
+    c->ins = args[tail + 3];
+    c->in_shapes = args[tail + 4];
+    c->required = args[tail + 5];
+    if (PyErr_Occurred()) return 0;
+    if (!PyTuple_Check(c->outs) || !PyTuple_Check(c->out_shapes) || !PyTuple_Check(c->ins) ||
+        !PyTuple_Check(c->in_shapes) || !PyTuple_Check(c->required)) {
+        PyErr_Format(PyExc_TypeError, "%s(): malformed plan", name);
+        return 0;
+    }
+    c->n_out = PyTuple_GET_SIZE(c->outs);
+    c->n_state = PyTuple_GET_SIZE(c->in_shapes);
+    c->n_given = PyTuple_GET_SIZE(c->ins);
+    if (nwords > MAX_WORDS || c->n_out + c->n_state > MAX_ARRAYS || c->n_out != PyTuple_GET_SIZE(c->out_shapes) ||
+        c->n_given > c->n_state || c->n_given < 1 || c->n_index + reach >= nwords ||
+        c->n_out + c->n_state > c->n_index) {
+        PyErr_Format(PyExc_ValueError, "%s(): plan out of range", name);
+        return 0;
+    }
+    memcpy(c->words, template_words, (size_t)nwords * sizeof(uint64_t));
+    return 1;
+}
+
+/* State input i as given, or NULL where it is omitted (None, or past the arguments given):
+ * its word is then 0, and the call fits only if the input is optional. */
+static PyObject *input_at(Call *c, Py_ssize_t i, int *fits) {
+    PyObject *x = i < c->n_given ? PyTuple_GET_ITEM(c->ins, i) : Py_None;
+    if (x != Py_None) return x;
+    *fits = !PyObject_IsTrue(PyTuple_GET_ITEM(c->required, i));
+    c->words[c->n_out + i] = 0;
+    return NULL;
+}
+
+/* Calls the entry with the batch size in its word, the GIL released. */
+static int call_entry(Call *c) {
+    int err;
+    c->words[c->n_index] = (uint64_t)c->n;
+    Py_BEGIN_ALLOW_THREADS
+    err = c->entry(c->words);
+    Py_END_ALLOW_THREADS
+    return err;
+}
+
+static PyObject *host(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    Call c;
+    if (!parse_call("host", args, nargs, 12, 6, 0, &c)) return NULL;
     Py_ssize_t itemsize = PyLong_AsSsize_t(args[4]);
     PyObject *format = args[5];
-    Py_ssize_t n = PyLong_AsSsize_t(args[6]);
-    PyObject *outs = args[7], *out_shapes = args[8], *ins = args[9], *in_shapes = args[10], *required = args[11];
     if (PyErr_Occurred()) return NULL;
-    if (!PyTuple_Check(outs) || !PyTuple_Check(out_shapes) || !PyTuple_Check(ins) || !PyTuple_Check(in_shapes) ||
-        !PyTuple_Check(required) || !PyUnicode_Check(format) || PyUnicode_GET_LENGTH(format) != 1) {
+    if (!PyUnicode_Check(format) || PyUnicode_GET_LENGTH(format) != 1) {
         PyErr_SetString(PyExc_TypeError, "host(): malformed plan");
         return NULL;
     }
-    Py_ssize_t n_out = PyTuple_GET_SIZE(outs), n_state = PyTuple_GET_SIZE(in_shapes), n_given = PyTuple_GET_SIZE(ins);
-    if (nwords > MAX_WORDS || n_out + n_state > MAX_ARRAYS || n_out != PyTuple_GET_SIZE(out_shapes) ||
-        n_given > n_state || n_given < 1 || n_index >= nwords || n_out + n_state > n_index) {
-        PyErr_SetString(PyExc_ValueError, "host(): plan out of range");
-        return NULL;
-    }
     char fmt = (char)PyUnicode_READ_CHAR(format, 0);
-    uint64_t words[MAX_WORDS];
-    memcpy(words, template_words, (size_t)nwords * sizeof(uint64_t));
     Py_buffer views[MAX_ARRAYS];
     Py_ssize_t held = 0;
-    int fits = n > 0;
-    for (Py_ssize_t i = 0; fits && i < n_state; ++i) {
-        PyObject *x = i < n_given ? PyTuple_GET_ITEM(ins, i) : Py_None;
-        if (x == Py_None) {
-            fits = !PyObject_IsTrue(PyTuple_GET_ITEM(required, i));
-            words[n_out + i] = 0;
-            continue;
-        }
-        fits = take(x, &views[held], 0, n, PyTuple_GET_ITEM(in_shapes, i), itemsize, fmt);
-        if (fits) words[n_out + i] = (uint64_t)(uintptr_t)views[held++].buf;
+    int fits = c.n > 0;
+    for (Py_ssize_t i = 0; fits && i < c.n_state; ++i) {
+        PyObject *x = input_at(&c, i, &fits);
+        if (x == NULL) continue;
+        fits = take(x, &views[held], 0, c.n, PyTuple_GET_ITEM(c.in_shapes, i), itemsize, fmt);
+        if (fits) c.words[c.n_out + i] = (uint64_t)(uintptr_t)views[held++].buf;
     }
-    for (Py_ssize_t j = 0; fits && j < n_out; ++j) {
-        fits = take(PyTuple_GET_ITEM(outs, j), &views[held], 1, n, PyTuple_GET_ITEM(out_shapes, j), itemsize, fmt);
-        if (fits) words[j] = (uint64_t)(uintptr_t)views[held++].buf;
+    for (Py_ssize_t j = 0; fits && j < c.n_out; ++j) {
+        fits = take(PyTuple_GET_ITEM(c.outs, j), &views[held], 1, c.n, PyTuple_GET_ITEM(c.out_shapes, j), itemsize,
+                    fmt);
+        if (fits) c.words[j] = (uint64_t)(uintptr_t)views[held++].buf;
     }
-    int err = 0;
-    if (fits) {
-        words[n_index] = (uint64_t)n;
-        Py_BEGIN_ALLOW_THREADS
-        err = entry(words);
-        Py_END_ALLOW_THREADS
-    }
+    int err = fits ? call_entry(&c) : 0;
     for (Py_ssize_t k = 0; k < held; ++k) PyBuffer_Release(&views[k]);
     if (!fits) Py_RETURN_NONE;
     return PyLong_FromLong(err);
@@ -170,60 +211,34 @@ done:
 
 static PyObject *device(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 15) {
-        PyErr_SetString(PyExc_TypeError, "device() takes 15 arguments");
-        return NULL;
-    }
-    packed_entry entry = (packed_entry)PyLong_AsVoidPtr(args[0]);
-    const uint64_t *template_words = (const uint64_t *)PyLong_AsVoidPtr(args[1]);
-    Py_ssize_t nwords = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t n_index = PyLong_AsSsize_t(args[3]);
+    Call c;
+    if (!parse_call("device", args, nargs, 15, 9, 5, &c)) return NULL;
     long protocol = PyLong_AsLong(args[4]);
     PyObject *type = args[5], *dtype = args[6];
     long dev = PyLong_AsLong(args[7]);
     uint64_t stream = (uint64_t)PyLong_AsUnsignedLongLong(args[8]);
-    Py_ssize_t n = PyLong_AsSsize_t(args[9]);
-    PyObject *outs = args[10], *out_shapes = args[11], *ins = args[12], *in_shapes = args[13], *required = args[14];
     if (PyErr_Occurred()) return NULL;
-    if (!PyTuple_Check(outs) || !PyTuple_Check(out_shapes) || !PyTuple_Check(ins) || !PyTuple_Check(in_shapes) ||
-        !PyTuple_Check(required) || !PyType_Check(type) || (protocol != PROTOCOL_TORCH && protocol != PROTOCOL_CUPY)) {
+    if (!PyType_Check(type) || (protocol != PROTOCOL_TORCH && protocol != PROTOCOL_CUPY)) {
         PyErr_SetString(PyExc_TypeError, "device(): malformed plan");
         return NULL;
     }
-    Py_ssize_t n_out = PyTuple_GET_SIZE(outs), n_state = PyTuple_GET_SIZE(in_shapes), n_given = PyTuple_GET_SIZE(ins);
-    if (nwords > MAX_WORDS || n_out + n_state > MAX_ARRAYS || n_out != PyTuple_GET_SIZE(out_shapes) ||
-        n_given > n_state || n_given < 1 || n_index + 5 >= nwords || n_out + n_state > n_index) {
-        PyErr_SetString(PyExc_ValueError, "device(): plan out of range");
-        return NULL;
-    }
-    uint64_t words[MAX_WORDS];
-    memcpy(words, template_words, (size_t)nwords * sizeof(uint64_t));
-    int fits = n > 0;
-    for (Py_ssize_t i = 0; fits && i < n_state; ++i) {
-        PyObject *x = i < n_given ? PyTuple_GET_ITEM(ins, i) : Py_None;
-        if (x == Py_None) {
-            fits = !PyObject_IsTrue(PyTuple_GET_ITEM(required, i));
-            words[n_out + i] = 0;
-            continue;
-        }
-        uintptr_t a = device_address(x, (int)protocol, type, dtype, dev, n, PyTuple_GET_ITEM(in_shapes, i));
+    int fits = c.n > 0;
+    for (Py_ssize_t i = 0; fits && i < c.n_state; ++i) {
+        PyObject *x = input_at(&c, i, &fits);
+        if (x == NULL) continue;
+        uintptr_t a = device_address(x, (int)protocol, type, dtype, dev, c.n, PyTuple_GET_ITEM(c.in_shapes, i));
         fits = a != 0;
-        words[n_out + i] = (uint64_t)a;
+        c.words[c.n_out + i] = (uint64_t)a;
     }
-    for (Py_ssize_t j = 0; fits && j < n_out; ++j) {
-        uintptr_t a = device_address(PyTuple_GET_ITEM(outs, j), (int)protocol, type, dtype, dev, n,
-                                     PyTuple_GET_ITEM(out_shapes, j));
+    for (Py_ssize_t j = 0; fits && j < c.n_out; ++j) {
+        uintptr_t a = device_address(PyTuple_GET_ITEM(c.outs, j), (int)protocol, type, dtype, dev, c.n,
+                                     PyTuple_GET_ITEM(c.out_shapes, j));
         fits = a != 0;
-        words[j] = (uint64_t)a;
+        c.words[j] = (uint64_t)a;
     }
     if (!fits) Py_RETURN_NONE;
-    words[n_index] = (uint64_t)n;
-    words[n_index + 5] = stream;
-    int err;
-    Py_BEGIN_ALLOW_THREADS
-    err = entry(words);
-    Py_END_ALLOW_THREADS
-    return PyLong_FromLong(err);
+    c.words[c.n_index + 5] = stream;
+    return PyLong_FromLong(call_entry(&c));
 }
 
 static PyMethodDef methods[] = {
