@@ -88,13 +88,17 @@ def _build_key(cmd, inputs) -> str:
     return h.hexdigest()
 
 
-def _fresh(output: Path, cmd, inputs) -> bool:
+def _nvcc(cmd, output: Path, inputs, what: str) -> None:
+    """Run the nvcc command ``cmd`` making ``output`` from ``inputs``, unless a build of the
+    same key is there already."""
     stamp = output.with_name(output.name + ".key")
-    return output.exists() and stamp.exists() and stamp.read_text() == _build_key(cmd, inputs)
-
-
-def _stamp(output: Path, cmd, inputs) -> None:
-    output.with_name(output.name + ".key").write_text(_build_key(cmd, inputs))
+    key = _build_key(cmd, inputs)
+    if output.exists() and stamp.exists() and stamp.read_text() == key:
+        return
+    res = run(cmd)
+    if res.returncode:
+        raise RuntimeError(f"nvcc failed for {what}:\n{res.stderr[-4000:]}")
+    stamp.write_text(key)
 
 
 def phase_build(state: dict) -> None:
@@ -113,43 +117,24 @@ def phase_build(state: dict) -> None:
         d.mkdir(exist_ok=True)
         header = generate(grid_core.load_robot(name), ["inverse_dynamics"], **opts)
         hpath = d / "grid.cuh"
-        exe = d / "bench"
-        if not hpath.exists() or hpath.read_text() != header:
-            hpath.write_text(header)
-        cmd = ["nvcc", *NVCC_FLAGS, "-include", hpath, src, "-o", exe]
-        if _fresh(exe, cmd, [hpath, src]):
-            continue
-        res = run(cmd)
-        if res.returncode:
-            raise RuntimeError(f"nvcc failed for {label}:\n{res.stderr[-4000:]}")
-        _stamp(exe, cmd, [hpath, src])
+        hpath.write_text(header)
+        _nvcc(["nvcc", *NVCC_FLAGS, "-include", hpath, src, "-o", d / "bench"], d / "bench", [hpath, src], label)
     # the fused example (iiwa14)
     d = BUILD / "fused"
     d.mkdir(exist_ok=True)
     (d / "grid.cuh").write_text(generate(grid_core.load_robot("iiwa14"), ["inverse_dynamics"]))
     example = ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu"
-    cmd = ["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"]
-    if not _fresh(d / "fused", cmd, [d / "grid.cuh", example]):
-        res = run(cmd)
-        if res.returncode:
-            raise RuntimeError(f"nvcc failed for the fused example:\n{res.stderr[-4000:]}")
-        _stamp(d / "fused", cmd, [d / "grid.cuh", example])
+    _nvcc(["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"], d / "fused",
+          [d / "grid.cuh", example], "the fused example")
     # the raw C++ launch as a library, for the runtime phase's same-process comparison
     raw_src = ROOT / "benchmarks" / "src" / "raw_launch.cu"
     for name in RUNTIME_ROBOTS:
         lib, header = BUILD / name / "libraw.so", BUILD / name / "grid.cuh"
         if name not in ROBOTS:  # no bench build of its own: its header here
             header.parent.mkdir(exist_ok=True)
-            text = generate(grid_core.load_robot(name), ["inverse_dynamics"])
-            if not header.exists() or header.read_text() != text:
-                header.write_text(text)
-        cmd = ["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", header, raw_src, "-o", lib]
-        if _fresh(lib, cmd, [header, raw_src]):
-            continue
-        res = run(cmd)
-        if res.returncode:
-            raise RuntimeError(f"nvcc failed for {lib}:\n{res.stderr[-4000:]}")
-        _stamp(lib, cmd, [header, raw_src])
+            header.write_text(generate(grid_core.load_robot(name), ["inverse_dynamics"]))
+        _nvcc(["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", header, raw_src, "-o", lib], lib,
+              [header, raw_src], str(lib))
     # the RobotHandle libraries the gpu tests load (same content hash there)
     import numpy as np  # noqa: F401
 
@@ -230,6 +215,14 @@ def phase_fused(state: dict) -> None:
         raise RuntimeError("fused example failed its correctness check")
 
 
+def _paired(ours: list, raw: list) -> dict:
+    """Rounds of ours measured each beside a raw C++ round: the medians of both, and of the
+    per-round differences with their range (drift between rounds cancels)."""
+    d = sorted(a - b for a, b in zip(ours, raw))
+    m = len(d) // 2
+    return {"ours": sorted(ours)[m], "raw": sorted(raw)[m], "over": d[m], "range": [d[0], d[-1]]}
+
+
 def _median_us(fn, repeats=300, warmup=30) -> float:
     for _ in range(warmup):
         fn()
@@ -263,9 +256,8 @@ def _cupy_row(row: dict, h, state_in, nv: int, sync, expected, rawlib) -> None:
     for _ in range(7):
         raw.append(rawlib.raw_resident_us(*ptrs, co.shape[0], None, 100))
         ours.append(_median_us(call, repeats=100))
-    d = sorted(a - b for a, b in zip(ours, raw))
-    row["cupy_out_us"] = sorted(ours)[3]
-    row["overhead_cupy_sync_us"], row["overhead_cupy_sync_range"] = d[3], [d[0], d[-1]]
+    p = _paired(ours, raw)
+    row["cupy_out_us"], row["overhead_cupy_sync_us"], row["overhead_cupy_sync_range"] = p["ours"], p["over"], p["range"]
     h.inverse_dynamics(*cq, out=co)
     row["cupy_matches_numpy"] = bool(np.allclose(cupy.asnumpy(co), expected, rtol=1e-5, atol=1e-5))
 
@@ -339,9 +331,9 @@ def _measure_jax(state: dict) -> None:
             for _ in range(5):
                 raw.append((raw_chain(CHAIN) - raw_chain(1)) / (CHAIN - 1))
                 ours.append((jax_chain(CHAIN) - jax_chain(1)) / (CHAIN - 1))
-            d = sorted(a - b for a, b in zip(ours, raw))
-            row["jax_chain_us"], row["raw_chain_us"] = sorted(ours)[2], sorted(raw)[2]
-            row["jax_chain_overhead_us"], row["jax_chain_overhead_range"] = d[2], [d[0], d[-1]]
+            p = _paired(ours, raw)
+            row["jax_chain_us"], row["raw_chain_us"] = p["ours"], p["raw"]
+            row["jax_chain_overhead_us"], row["jax_chain_overhead_range"] = p["over"], p["range"]
             for buf in bufs:
                 lib.grid_abi_free(buf)
             rows.append(row)
@@ -478,14 +470,11 @@ def _measure_runtime(state: dict) -> None:
                     ours_sync.append(_median_us(call_out, repeats=100))
                     raw_async.append(rawlib.raw_launch_us(*ptrs, n, None, 5))
                     ours_async.append(sorted(back_to_back() for _ in range(5))[2])
-                d_sync = sorted(a - b for a, b in zip(ours_sync, raw_sync))
-                d_async = sorted(a - b for a, b in zip(ours_async, raw_async))
-                row["torch_out_us"] = sorted(ours_sync)[3]
-                row["raw_resident_us"] = sorted(raw_sync)[3]
-                row["torch_async_us"] = sorted(ours_async)[3]
-                row["raw_launch_us"] = sorted(raw_async)[3]
-                row["overhead_sync_us"], row["overhead_sync_range"] = d_sync[3], [d_sync[0], d_sync[-1]]
-                row["overhead_async_us"], row["overhead_async_range"] = d_async[3], [d_async[0], d_async[-1]]
+                ps, pa = _paired(ours_sync, raw_sync), _paired(ours_async, raw_async)
+                row["torch_out_us"], row["raw_resident_us"] = ps["ours"], ps["raw"]
+                row["torch_async_us"], row["raw_launch_us"] = pa["ours"], pa["raw"]
+                row["overhead_sync_us"], row["overhead_sync_range"] = ps["over"], ps["range"]
+                row["overhead_async_us"], row["overhead_async_range"] = pa["over"], pa["range"]
                 row["torch_alloc_us"] = _median_us(call_alloc)
                 row["torch_out_torch_sync_us"] = _median_us(call_out_torch_sync)
                 row["sync_only_us"] = _median_us(sync)
