@@ -433,6 +433,14 @@ class AbiBackend:
         w[plan.i_n] = n
         return outs
 
+    @staticmethod
+    def _lean_outputs(plan: _Plan, out, n: int, new_output):
+        """The C forms' outputs: fresh (``new_output(shape)``), or ``out=`` for a single
+        output (checked by the C form); None when ``out=`` is given for several."""
+        if out is None:
+            return tuple([new_output((n, *s)) for s in plan.out_shapes])
+        return (out,) if plan.n_out == 1 else None
+
     def _numpy_fast(self, plan: _Plan, args, out):
         """The lean numpy path: a batch of C-contiguous arrays of the handle's dtype, passed
         positionally (params at their defaults), optional ``out=`` for a single output.  NaN
@@ -447,11 +455,8 @@ class AbiBackend:
         dt = plan.dtype
         fc = plan.fastcall
         if fc is not None:  # the same, in C (grid_core/runtime/fastcall.c)
-            if out is None:
-                outs = tuple([np.empty((n, *s), dt) for s in plan.out_shapes])
-            elif plan.n_out == 1:
-                outs = (out,)
-            else:
+            outs = self._lean_outputs(plan, out, n, lambda shape: np.empty(shape, dt))
+            if outs is None:
                 return _FALLBACK
             err = fc.host(*plan.fast_head, n, outs, plan.out_shapes, args, plan.state_shapes, plan.required)
             if err is None:
@@ -505,11 +510,8 @@ class AbiBackend:
                          new_output, stream: int):
         """The lean CUDA-array path in C: outputs allocated here (``new_output(shape)``) unless
         ``out=`` is given, every array checked and the launch made by ``fastcall.device``."""
-        if out is None:
-            outs = tuple([new_output((n, *s)) for s in plan.out_shapes])
-        elif plan.n_out == 1:
-            outs = (out,)
-        else:
+        outs = self._lean_outputs(plan, out, n, new_output)
+        if outs is None:
             return _FALLBACK
         err = plan.fastcall.device(*plan.fast_device_head, protocol, array_type, dtype, dev, stream, n, outs,
                                    plan.out_shapes, args, plan.state_shapes, plan.required)
