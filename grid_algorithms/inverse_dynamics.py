@@ -423,7 +423,7 @@ class InverseDynamicsEmitter(Emitter):
             "const T *f_ext, const Gravity<T> gravity)",
             [
                 *_GRAVITY,
-                n.Stmt(f"T XI[XI_SIZE], v[{6 * nb}], a[{6 * nb}], f[{6 * nb}];  // registers: every index is a constant"),
+                n.Stmt(f"T XI[XI_SIZE], v[{6 * nb}], a[{6 * nb}], f[{6 * nb}]", comment="registers: every index is a constant"),
                 *stmts,
             ],
             template="template <typename T, bool USE_QDD = true, bool USE_F_EXT = false>",

@@ -302,13 +302,13 @@ def grid_data(robot: Robot, fields: list[GridDataField]) -> list:
     all_fields = [GridDataField(nm, size(robot), doc) for nm, size, doc in INPUT_FIELDS] + list(fields)
     members = []
     for f in all_fields:
-        members.append(n.Stmt(f"T *h_{f.name} = nullptr;  // {f.elements} per state: {f.doc}"))
+        members.append(n.Stmt(f"T *h_{f.name} = nullptr", comment=f"{f.elements} per state: {f.doc}"))
         members.append(n.Stmt(f"T *d_{f.name} = nullptr"))
     members += [
-        n.Stmt("bool use_f_ext = false;  // read h_f_ext (and d_f_ext) when set"),
+        n.Stmt("bool use_f_ext = false", comment="read h_f_ext (and d_f_ext) when set"),
         n.Stmt("T *d_workspace = nullptr"),
         n.Stmt("size_t workspace_bytes = 0"),
-        n.Stmt("int capacity = 0;  // states the buffers hold"),
+        n.Stmt("int capacity = 0", comment="states the buffers hold"),
     ]
     alloc = []
     for f in all_fields:

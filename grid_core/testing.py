@@ -111,7 +111,7 @@ def tangent_fd(robot: Robot, f, q: np.ndarray, h: float = 1e-6) -> np.ndarray:
     return central_fd(f, q, h, dim=robot.nv, step=lambda q_, dv: integrate(robot, q_, dv))
 
 
-from .backends import LAYOUTS, Emulated  # noqa: E402  (the host-emulated backend, DESIGN §2)
+from .runtime.backend import LAYOUTS, Emulated  # noqa: E402  (the host-emulated backend, DESIGN §2)
 
 __all__ = ["LAYOUTS", "Emulated", "assert_close", "central_fd", "integrate", "random_q", "random_state",
            "rel_error", "tangent_bracket", "tangent_fd"]

@@ -71,3 +71,20 @@ def test_warnings_are_errors_in_the_subprocess():
 @pytest.mark.parametrize("module", MODULES)
 def test_module_imports_without_warnings(module, import_results):
     assert import_results[module] == "ok"
+
+
+_LIGHT = """
+import sys
+import grid_algorithms.crba, grid_algorithms.inverse_dynamics
+from grid_core import Algorithm, Port, hookimpl
+heavy = sorted(m for m in sys.modules if m.startswith(("grid_core.runtime", "grid_core.abi", "grid_core.composer")))
+print(",".join(heavy))
+"""
+
+
+def test_plugin_face_is_light():
+    """What a plugin imports (an algorithm module, ``Algorithm``, ``Port``, ``hookimpl``) loads
+    no runtime module, no C ABI and no composer."""
+    proc = subprocess.run([sys.executable, "-c", _LIGHT], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "", f"a plugin import loaded {proc.stdout.strip()}"

@@ -40,9 +40,14 @@ class Raw:
 
 @attrs.frozen
 class Stmt:
-    """One statement; the printer adds the semicolon."""
+    """One statement; the printer adds the semicolon, then ``// comment`` if given."""
 
     text: str
+    comment: str = ""
+
+    def __attrs_post_init__(self):
+        if "//" in self.text:
+            raise ValueError(f"a statement's trailing comment goes in Stmt(comment=...): {self.text!r}")
 
 
 @attrs.frozen

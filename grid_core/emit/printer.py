@@ -69,7 +69,8 @@ class CudaPrinter:
             self._line(depth, line.rstrip(), out)
 
     def print_Stmt(self, node: n.Stmt, depth, out):
-        self._line(depth, node.text.rstrip(";") + ";", out)
+        text = node.text.rstrip().rstrip(";") + ";"
+        self._line(depth, f"{text}  // {node.comment}" if node.comment else text, out)
 
     def print_Comment(self, node: n.Comment, depth, out):
         for line in node.text.splitlines() or [""]:

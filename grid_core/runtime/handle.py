@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from .. import buildcache
-from ..backends import AbiBackend, load_abi
+from .backend import AbiBackend, load_abi
 from ..errors import BuildError
 from .cuda import cuda_arch, find_nvcc, nvcc_version, require_device
 

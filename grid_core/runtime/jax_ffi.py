@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import buildcache
-from ..backends import _FALLBACK, batch_of
+from .backend import _FALLBACK, batch_of
 from ..errors import BuildError, InputError
 
 TARGET = "grid_rbd_call"

@@ -85,3 +85,9 @@ def test_per_warp_loop_runs_one_item_per_warp():
         "    }\n"
         "}\n"
     )
+
+
+def test_statement_comment_follows_the_semicolon():
+    assert render(n.Stmt("int x = 0", comment="a counter")) == "int x = 0;  // a counter\n"
+    with pytest.raises(ValueError, match="comment="):
+        n.Stmt("int x = 0;  // a counter")

@@ -13,8 +13,8 @@ import threading
 
 import numpy as np
 
-from .abi import PACKED_TAIL, TRANSFERS
-from .errors import GridError, InputError
+from ..abi import PACKED_TAIL, TRANSFERS
+from ..errors import GridError, InputError
 
 LAYOUTS = {"auto": 0, "block": 1, "per_state": 2}
 SETTINGS = ("layout", "tier", "threads", "blocks", "transfer")
@@ -69,7 +69,7 @@ class _Plan:
         self.device_fn = getattr(lib, f"{stem}_packed")
         self.local = threading.local()
         # the C form of the numpy path (grid_core.runtime.fastcall), when it could be built
-        from .runtime import fastcall
+        from . import fastcall
 
         # (its fixed-size word and array tables: an algorithm with more ports takes the Python form)
         fits = len(words) <= fastcall.MAX_WORDS and len(outs) + len(states) <= fastcall.MAX_ARRAYS
@@ -111,7 +111,7 @@ _TORCH, _CUPY = 0, 1
 
 
 def is_device_array(x) -> bool:
-    from .runtime.arrays import is_device_array as check
+    from .arrays import is_device_array as check
 
     return check(x)
 
@@ -183,7 +183,7 @@ class AbiBackend:
     writes fails the comparison."""
 
     def __init__(self, robot, algorithms, dtype, *, layout="auto", tier=0, threads=0, blocks=0, transfer="auto"):
-        from .loader import load_robot
+        from ..loader import load_robot
 
         self.robot = load_robot(robot)
         self.dtype = np.dtype(dtype)
@@ -224,7 +224,7 @@ class AbiBackend:
         return "f32" if self.dtype == np.float32 else "f64"
 
     def _emitted(self) -> list[str]:
-        from .composer import resolve_algorithms
+        from ..composer import resolve_algorithms
 
         return [a.name for a in resolve_algorithms(self.algorithms)]
 
@@ -283,7 +283,7 @@ class AbiBackend:
     def _call(self, alg, args, kwargs):
         """The general path: any accepted input, validated and converted as needed."""
         out = kwargs.pop("out", None)
-        from .runtime import jax_ffi
+        from . import jax_ffi
 
         values = (*args, *kwargs.values())
         if any(jax_ffi.is_jax(x) for x in values):
@@ -319,7 +319,7 @@ class AbiBackend:
         the Reference's full validation and conversion first."""
         ins, outs_p, fn, defaults, names = self._host_plan(alg)
         if len(args) > len(names) or any(k not in names for k in kwargs):
-            from .reference import bind_inputs
+            from ..reference import bind_inputs
 
             bind_inputs(alg, self.robot, args, kwargs)  # raises the InputError naming the argument
         given = dict(zip(names, args))
@@ -360,7 +360,7 @@ class AbiBackend:
                                               for x, p in zip(arrays_in, [q for q in ins if q.kind == "state"])):
             fast = False
         if not fast:
-            from .reference import bind_inputs
+            from ..reference import bind_inputs
 
             bound, batch = bind_inputs(alg, self.robot, args, kwargs)
             arrays_in = [bound[p.name] for p in ins if p.kind == "state"]
@@ -390,7 +390,7 @@ class AbiBackend:
             cargs.append(a.ctypes.data)
         err = fn(*cargs, n, *self._settings_of(alg.name))
         if err <= NONFINITE_INPUT:  # the library found NaN/inf while staging: name the argument
-            from .reference import bind_inputs
+            from ..reference import bind_inputs
 
             bind_inputs(alg, self.robot, args, kwargs)
             raise InputError(f"{alg.name}: a state input contains NaN or inf")
@@ -488,7 +488,7 @@ class AbiBackend:
             return AbiBackend._numpy_fast
         module = t.__module__.split(".", 1)[0]
         if module in ("jax", "jaxlib") and t.__name__ == "ArrayImpl":
-            from .runtime import jax_ffi
+            from . import jax_ffi
 
             return jax_ffi.lean
         if not self.accepts_device_arrays:
@@ -580,8 +580,8 @@ class AbiBackend:
 
         Shapes and dtypes are checked (a dtype other than the handle's is converted on the
         device); values are not scanned for NaN, which would cost a device reduction."""
-        from .reference import bind_arguments
-        from .runtime import arrays
+        from ..reference import bind_arguments
+        from . import arrays
 
         ins, outs_p = self._ports(alg)
         given = bind_arguments(alg.name, ins, args, kwargs)
@@ -638,7 +638,7 @@ class AbiBackend:
         # called only until the method is bound into the instance dict below
         if name.startswith("_"):
             raise AttributeError(name)
-        from .hooks import registry
+        from ..hooks import registry
 
         algs = registry().algorithms
         if name not in algs or name not in self._emitted():
@@ -688,15 +688,15 @@ class Emulated(AbiBackend):
         self._handle = None
 
     def sources(self) -> dict[str, str]:
-        from .abi import abi_source
-        from .composer import generate
+        from ..abi import abi_source
+        from ..composer import generate
 
         header = generate(self.robot, self.algorithms, **self.generate_options)
         ns = self.generate_options.get("namespace", "grid")
         return {"grid.cuh": header, "abi.cpp": abi_source(self.robot, self.algorithms, "grid.cuh", ns)}
 
     def library_path(self):
-        from . import buildcache
+        from .. import buildcache
 
         cmd = [*buildcache.host_compiler(), "-std=c++17", "-O1", "-fPIC", "-shared", "-DGRID_HOST_EMULATION",
                "-Wall", "-Wno-unused-variable", "-Wno-unused-but-set-variable", "-o", "{out}", "abi.cpp"]
