@@ -7,6 +7,8 @@ detail (and the full text of multi-line errors such as compiler logs).
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import os
 import sys
 import time
@@ -16,13 +18,19 @@ from pathlib import Path
 import click
 
 from . import __version__
-from .errors import GridError
+from .errors import GridError, GridWarning
 
 
 class _Ctx:
-    def __init__(self, verbose: int, blocked: tuple[str, ...]):
+    def __init__(self, verbose: int, blocked: tuple[str, ...], quiet: bool = False):
         self.verbose = verbose
         self.blocked = blocked
+        self.quiet = quiet
+
+    def status(self, text: str) -> None:
+        """One status line on stderr (none with -q)."""
+        if not self.quiet:
+            click.echo(text, err=True)
 
     def registry(self):
         from .hooks import registry
@@ -38,15 +46,21 @@ class GridGroup(click.Group):
     """Turns GridErrors and warnings into one-line messages."""
 
     def invoke(self, ctx):
-        verbose = "-v" in sys.argv or "--verbose" in sys.argv
+        verbose = ctx.params.get("verbose", 0)
 
         def show_warning(message, category, filename, lineno, file=None, line=None):
-            click.echo(f"grid: warning: {_one_line(message)}", err=True)
+            # the first line; the rest (a summary's list) with -v
+            first, *rest = [part.strip() for part in str(message).strip().splitlines() if part.strip()] or [""]
+            click.echo(f"grid: warning: {first}" + (" (-v lists them)" if rest and not verbose else ""), err=True)
+            for part in rest if verbose else ():
+                click.echo(f"grid: warning:   {part}", err=True)
 
         old = warnings.showwarning
         warnings.showwarning = show_warning
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore" if ctx.params.get("quiet") else "always")
+                return super().invoke(ctx)
         except GridError as exc:
             text = str(exc)
             first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
@@ -63,6 +77,7 @@ class GridGroup(click.Group):
 @click.group(cls=GridGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="grid")
 @click.option("-v", "--verbose", count=True, help="More detail (repeat for more).")
+@click.option("-q", "--quiet", is_flag=True, help="No warnings and no status lines.")
 @click.option(
     "--disable-plugin",
     "blocked",
@@ -71,10 +86,17 @@ class GridGroup(click.Group):
     help="Do not load the plugin NAME (repeatable; also GRID_DISABLE_PLUGINS=a,b).",
 )
 @click.pass_context
-def main(ctx, verbose: int, blocked: tuple[str, ...]):
+def main(ctx, verbose: int, quiet: bool, blocked: tuple[str, ...]):
     """GRiD: robot description in, robot-specialised CUDA rigid-body dynamics out."""
-    ctx.obj = _Ctx(verbose, blocked)
+    ctx.obj = _Ctx(verbose, blocked, quiet)
     if blocked:
+        from .hooks import GROUP
+
+        known = sorted({ep.name for ep in importlib.metadata.entry_points(group=GROUP)})
+        for name in blocked:
+            if name not in known:
+                warnings.warn(GridWarning(f"--disable-plugin {name}: no plugin of that name is installed "
+                                          f"(plugins: {', '.join(known)})"))
         # Every registry this command reaches (robot loading, the composer, the reference)
         # must honour the block, not only `grid list`: pass it on as GRID_DISABLE_PLUGINS.
         from .hooks import DISABLE_ENV
@@ -92,22 +114,61 @@ def main(ctx, verbose: int, blocked: tuple[str, ...]):
 
 
 def _robot_options(f):
-    f = click.option(
+    """``--floating-base`` / ``--fixed-base`` (given together: a usage error), ``--strict-inertia``
+    and ``--strict``; the command receives ``floating_base`` (None: the natural base)."""
+
+    @functools.wraps(f)
+    def command(*args, floating, fixed, **kwargs):
+        if floating and fixed:
+            raise click.UsageError("--floating-base and --fixed-base contradict each other: give one of them")
+        return f(*args, floating_base=True if floating else False if fixed else None, **kwargs)
+
+    command = click.option(
+        "--strict", is_flag=True,
+        help="Treat every warning about the robot (unknown URDF elements, doubtful inertias) as an error.",
+    )(command)
+    command = click.option(
         "--strict-inertia", is_flag=True, help="Treat doubtful inertias (triangle inequality, zero mass) as errors."
-    )(f)
-    f = click.option(
-        "--floating-base/--fixed-base",
-        "floating_base",
-        default=None,
-        help="Add a free-flyer root, or fix the base (default: the robot's natural base).",
-    )(f)
-    return f
+    )(command)
+    command = click.option("--fixed-base", "fixed", is_flag=True, help="Fix the base.")(command)
+    command = click.option(
+        "--floating-base", "floating", is_flag=True,
+        help="Add a free-flyer root (default: the robot's natural base).",
+    )(command)
+    return command
 
 
-def _load(source: str, floating_base, strict_inertia: bool):
+def _load(source: str, floating_base, strict_inertia: bool, strict: bool = False):
+    """The robot, its warnings said as one summary line (the list follows it, shown with -v)."""
     from .loader import load_robot
 
-    return load_robot(source, floating_base=floating_base, strict_inertia=strict_inertia)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        robot = load_robot(source, floating_base=floating_base, strict_inertia=strict_inertia, strict=strict)
+    summary = summarise_warnings(source, caught)
+    if summary is not None:
+        warnings.warn(summary, stacklevel=2)
+    return robot
+
+
+def summarise_warnings(source: str, caught) -> Warning | None:
+    """One warning for those ``caught`` while loading ``source``: the one itself, or a
+    summary (count, and per topic the first links or joints) followed by every warning,
+    one a line."""
+    if len(caught) <= 1:
+        return caught[0].message if caught else None
+    topics: dict[str, list[str]] = {}
+    for w in caught:
+        topics.setdefault(getattr(w.message, "topic", "") or "other", []).append(getattr(w.message, "subject", ""))
+    parts = []
+    for topic, subjects in topics.items():
+        named = [x for x in subjects if x]
+        shown = f" ({', '.join(named[:3])}{', ...' if len(named) > 3 else ''})" if named else ""
+        parts.append(f"{topic}: {len(subjects)}{shown}")
+    lines = [f"{source}: {len(caught)} warnings: {'; '.join(parts)}"] + [str(w.message) for w in caught]
+    categories = {w.category for w in caught}
+    category = categories.pop() if len(categories) == 1 else GridWarning
+    return (category if issubclass(category, GridWarning) else GridWarning)("\n".join(lines))
 
 
 @main.command()
@@ -119,25 +180,24 @@ def _load(source: str, floating_base, strict_inertia: bool):
               help="Write the header here (default: standard output).")
 @_robot_options
 @click.pass_obj
-def build(obj: _Ctx, source, algorithms, namespace, output, floating_base, strict_inertia):
+def build(obj: _Ctx, source, algorithms, namespace, output, floating_base, strict_inertia, strict):
     """Generate the CUDA header for SOURCE (a bundled name, a URDF path, or LOADER:NAME)."""
     from .composer import generate
 
     t0 = time.perf_counter()
-    robot = _load(source, floating_base, strict_inertia)
+    robot = _load(source, floating_base, strict_inertia, strict)
     text = generate(robot, list(algorithms) or None, namespace=namespace)
     dt = time.perf_counter() - t0
     if output is None:
         click.echo(text, nl=False)
-        click.echo(f"grid: generated {robot.name} in {dt:.2f} s", err=True)
+        obj.status(f"grid: generated {robot.name} in {dt:.2f} s")
         return
     path = Path(output)
     try:
         path.write_text(text)
     except OSError as exc:
         raise GridError(f"cannot write {path}: {exc.strerror}") from None
-    click.echo(f"grid: wrote {path} ({len(text.encode()) / 1024:.1f} kB, robot {robot.name}) in {dt:.2f} s",
-               err=True)
+    obj.status(f"grid: wrote {path} ({len(text.encode()) / 1024:.1f} kB, robot {robot.name}) in {dt:.2f} s")
 
 
 @main.command("list")
@@ -166,9 +226,9 @@ def list_(obj: _Ctx):
 @click.argument("source")
 @_robot_options
 @click.pass_obj
-def info(obj: _Ctx, source, floating_base, strict_inertia):
+def info(obj: _Ctx, source, floating_base, strict_inertia, strict):
     """Describe a robot: dofs, joint order, depth, bodies per BFS level, branch groups."""
-    robot = _load(source, floating_base, strict_inertia)
+    robot = _load(source, floating_base, strict_inertia, strict)
     topo = robot.topology
     click.echo(f"robot: {robot.name}  ({robot.source})")
     click.echo(f"base: {'floating (free-flyer root_joint)' if robot.floating_base else 'fixed'}")

@@ -45,8 +45,20 @@ class RuntimeUnavailableError(GridError):
 
 
 class GridWarning(UserWarning):
-    """Base class of GRiD's warnings (sloppy-but-loadable robot data, ...)."""
+    """Base class of GRiD's warnings (sloppy-but-loadable robot data, ...).
+
+    ``subject`` names what it is about (a link or joint) and ``topic`` says what in a few
+    words; several warnings about one robot are summarised by topic with their subjects."""
+
+    def __init__(self, message="", subject: str = "", topic: str = ""):
+        super().__init__(message)
+        self.subject = subject
+        self.topic = topic
 
 
 class InertiaWarning(GridWarning):
     """A link's inertia is physically doubtful but accepted (as Pinocchio does)."""
+
+
+class UrdfWarning(GridWarning):
+    """A URDF holds something GRiD ignores (an unknown element, a misspelt tag)."""

@@ -11,9 +11,11 @@ A source is resolved in this order:
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
 from typing import ClassVar
 
-from .errors import RobotNotFoundError
+from .errors import GridWarning, RobotModelError, RobotNotFoundError
 from .model import Robot
 
 
@@ -43,13 +45,14 @@ class RobotLoader:
 
 
 def load_robot(
-    source, floating_base: bool | None = None, strict_inertia: bool = False
+    source, floating_base: bool | None = None, strict_inertia: bool = False, strict: bool = False
 ) -> Robot:
     """Load a robot from a bundled name, a URDF path, or ``loader:name``.
 
     ``floating_base=None`` takes the source's natural base (a bundled robot's
     own, otherwise fixed); ``True`` adds a free-flyer root; ``False`` fixes it.
-    ``strict_inertia`` turns doubtful-inertia warnings into errors.
+    ``strict_inertia`` turns doubtful-inertia warnings into errors, ``strict`` every
+    warning about the robot (unknown URDF elements included).
     """
     if isinstance(source, Robot):
         return source
@@ -67,11 +70,32 @@ def load_robot(
                 loader = candidate
                 break
     if loader is None:
-        known = sorted(n for ld in loaders.values() for n in ld.names())
-        prefixes = ", ".join(f"{n}:" for n in loaders)
-        raise RobotNotFoundError(
-            f"unknown robot '{source}': not a file, not a bundled name ({', '.join(known)}), "
-            f"and no loader prefix ({prefixes}) given"
-        )
+        raise unresolved(source, loaders)
     fb = loader.default_floating_base(rest) if floating_base is None else bool(floating_base)
-    return loader.load(rest, floating_base=fb, strict_inertia=strict_inertia)
+    if not strict:
+        return loader.load(rest, floating_base=fb, strict_inertia=strict_inertia)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GridWarning)
+        try:
+            return loader.load(rest, floating_base=fb, strict_inertia=strict_inertia)
+        except GridWarning as exc:
+            raise RobotModelError(f"{exc} (strict)") from None
+
+
+def unresolved(source: str, loaders: dict[str, RobotLoader]) -> RobotNotFoundError:
+    """The error for a source no loader takes: a directory, an unknown ``loader:`` prefix,
+    or a name nobody knows, each said as such."""
+    prefixes = ", ".join(f"{n}:" for n in loaders)
+    path = Path(source)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.urdf"))[:5]
+        hint = f" (it holds {', '.join(inside)})" if inside else ""
+        return RobotNotFoundError(f"'{source}' is a directory, not a robot description: give the file{hint}")
+    prefix, sep, _ = source.partition(":")
+    if sep and prefix.isidentifier() and len(prefix) > 1:  # not a drive letter (C:...)
+        return RobotNotFoundError(f"unknown loader '{prefix}' in '{source}' (loaders: {prefixes})")
+    known = sorted(n for ld in loaders.values() for n in ld.names())
+    return RobotNotFoundError(
+        f"unknown robot '{source}': not a file, not a bundled name ({', '.join(known)}), "
+        f"and no loader prefix ({prefixes}) given (`grid robots` lists the names)"
+    )

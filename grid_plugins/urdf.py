@@ -10,15 +10,17 @@ dropped).  Every error names the file, the element (with its line) and what to f
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
 from lxml import etree
 
 from grid_core import hookimpl
-from grid_core.errors import RobotModelError, RobotNotFoundError, UnsupportedFeatureError
+from grid_core.errors import RobotModelError, RobotNotFoundError, UnsupportedFeatureError, UrdfWarning
 from grid_core.loader import RobotLoader
 from grid_core.model import Joint, JointType, Link, Mimic, Robot, build_robot, spatial
 
@@ -30,6 +32,17 @@ _INF_OK = frozenset({"lower", "upper", "effort", "velocity"})
 _UNSUPPORTED_TYPES = {"planar", "spherical", "ball", "universal", "screw"}
 
 _XINCLUDE_NS = frozenset({"http://www.w3.org/2001/XInclude", "http://www.w3.org/2003/XInclude"})
+
+# The children each element may hold: the URDF specification's, and under <link> the
+# simulator extensions published robots carry (pybullet's <contact>, Gazebo-era tags), which
+# urdfdom and Pinocchio ignore as we do.  Anything else is a typo until shown otherwise.
+_KNOWN_CHILDREN = {
+    "joint": ("origin", "parent", "child", "axis", "limit", "dynamics", "mimic", "safety_controller",
+              "calibration"),
+    "link": ("inertial", "visual", "collision", "contact", "gravity", "kinematic", "self_filter", "surface",
+             "collision_checking"),
+    "inertial": ("origin", "mass", "inertia"),
+}
 
 
 def max_urdf_bytes() -> int:
@@ -203,6 +216,27 @@ def _parse_joint(ctx: _Ctx, el) -> Joint:
     )
 
 
+def _warn_unknown_children(ctx: _Ctx, root) -> None:
+    """Warn about an element GRiD would silently ignore inside a <joint>, <link> or <inertial>
+    (``<axsi>`` for ``<axis>`` would leave the axis at x), naming it and its line; in file order."""
+    unknown = []
+    for parent, path in (("joint", "joint"), ("link", "link"), ("inertial", "link/inertial")):
+        known = _KNOWN_CHILDREN[parent]
+        for el in root.findall(path):  # the robot's own, not a <transmission>'s <joint>
+            unknown += [(child.sourceline or 0, parent, el, child) for child in el
+                        if isinstance(child.tag, str) and etree.QName(child).localname not in known]
+    for line, parent, el, child in sorted(unknown, key=lambda u: u[0]):
+        known = _KNOWN_CHILDREN[parent]
+        tag = etree.QName(child).localname
+        close = difflib.get_close_matches(tag, known, n=1)
+        hint = f"did you mean <{close[0]}>? " if close else ""
+        owner = el if el.get("name") is not None else el.getparent()
+        warnings.warn(UrdfWarning(
+            f"{ctx.source}: {describe(child)} (line {line}): unknown element <{tag}> in <{parent}>, ignored "
+            f"({hint}known: {', '.join(known)}; strict loading makes it an error)",
+            subject=f"<{tag}> in {owner.get('name') or parent}", topic="unknown URDF elements"), stacklevel=2)
+
+
 def _xml_parser() -> etree.XMLParser:
     return etree.XMLParser(
         resolve_entities=False,
@@ -255,6 +289,7 @@ def parse_urdf(
         if isinstance(el.tag, str) and etree.QName(el).namespace in _XINCLUDE_NS:
             # never processed (we do not call xinclude()); refused so nothing is silently dropped
             raise ctx.err(el, "XInclude is not allowed in a URDF (inline the included content)")
+    _warn_unknown_children(ctx, root)
     links = [_parse_link(ctx, el) for el in root.findall("link")]
     joints = [_parse_joint(ctx, el) for el in root.findall("joint")]
     name = root.get("name") or Path(source).stem
@@ -273,6 +308,8 @@ def read_capped(path: Path) -> bytes:
     """Read a file, refusing anything over the size cap before reading it."""
     cap = max_urdf_bytes()
     try:
+        if path.is_dir():
+            raise RobotNotFoundError(f"{path}: is a directory, not a URDF file (give the .urdf file inside it)")
         if not path.is_file():
             raise RobotNotFoundError(f"{path}: not a file")
         size = path.stat().st_size

@@ -238,3 +238,43 @@ def test_usage_error_exit_2_in_a_real_process(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     assert list(tmp_path.iterdir()) == []
+
+
+# -- loaders that say what went wrong ----------------------------------------------------------
+
+def test_unknown_loader_prefix_is_named_as_such():
+    line = one_error_line(grid("info", "nosuchloader:foo"))
+    assert line == "grid: error: unknown loader 'nosuchloader' in 'nosuchloader:foo' (loaders: urdf:, bundled:, erd:)"
+
+
+def test_a_directory_is_named_as_such(tmp_path):
+    (tmp_path / "arm.urdf").write_text("<robot/>")
+    line = one_error_line(grid("info", str(tmp_path)))
+    assert line == f"grid: error: '{tmp_path}' is a directory, not a robot description: give the file (it holds arm.urdf)"
+    line = one_error_line(grid("info", f"urdf:{tmp_path}"))
+    assert line == f"grid: error: {tmp_path}: is a directory, not a URDF file (give the .urdf file inside it)"
+
+
+def test_floating_and_fixed_base_together_is_a_usage_error():
+    result = grid("info", "iiwa14", "--floating-base", "--fixed-base")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        "Error: --floating-base and --fixed-base contradict each other: give one of them")
+    assert "nv: 13" in grid("info", "iiwa14", "--floating-base").stdout
+    assert "base: fixed" in grid("info", "g1", "--fixed-base").stdout
+
+
+def test_disable_plugin_of_an_unknown_name_warns(monkeypatch):
+    monkeypatch.delenv("GRID_DISABLE_PLUGINS", raising=False)
+    result = grid("--disable-plugin", "nosuch", "info", "iiwa14")
+    assert result.exit_code == 0 and result.stdout.startswith("robot: iiwa14")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("grid: warning: --disable-plugin nosuch: no plugin of that name is installed (plugins: ")
+    assert "bundled" in line and "inverse_dynamics" in line
+    assert grid("--disable-plugin", "erd", "info", "iiwa14").stderr == ""  # a real plugin: silent
+
+
+def test_quiet_silences_warnings_and_status_lines(tmp_path):
+    out = tmp_path / "grid.cuh"
+    result = grid("-q", "build", "atlas", "-o", str(out))
+    assert result.exit_code == 0 and result.stderr == "" and out.exists()

@@ -5,7 +5,8 @@ This is where the description is interpreted, exactly as Pinocchio's
 
 * the tree is walked depth first from the root link, the children of a link
   visited in the byte order of their joints' names (urdfdom keeps joints in a
-  ``std::map``, so Pinocchio sees them so);
+  ``std::map``, so Pinocchio sees them so), or in the order given
+  (``children_by_name=False``: an MJCF's file order, which is MuJoCo's);
 * a fixed joint merges its child link into the body it hangs from (the inertia
   moved into that body's frame), its frames stay addressable;
 * each movable joint starts a new body whose ``Xtree`` composes the placements
@@ -35,6 +36,8 @@ ROOT_JOINT_NAME = "root_joint"
 _NEG_EIG_TOL = 1e-9
 _TRIANGLE_TOL = 1e-9
 _ABS_TOL = 1e-12
+# A negative principal moment under this fraction of the robot's largest is negligible (a warning).
+_NEGLIGIBLE = 1e-6
 
 
 def _where(source: str) -> str:
@@ -42,7 +45,7 @@ def _where(source: str) -> str:
 
 
 def check_link_inertia(
-    link: Link, *, source: str = "", strict: bool = False, known_defect: bool = False
+    link: Link, *, source: str = "", strict: bool = False, known_defect: bool = False, robot_scale: float = 0.0
 ) -> None:
     """Reject a physically impossible link inertia; warn on a doubtful one.
 
@@ -52,6 +55,12 @@ def check_link_inertia(
     ``strict``.  ``known_defect`` marks a link whose negative eigenvalue is a
     documented defect of a published file kept for comparability (the bundled
     benchmark atlas): a warning instead of an error, unless ``strict``.
+
+    Each check is relative to a scale: rounding to that of the inertia itself (its
+    largest principal moment), and a negative eigenvalue is only an error where it
+    matters, above ``_NEGLIGIBLE`` times ``robot_scale`` (the robot's largest principal
+    moment): tiago's 1e-6 kg antennas, whose placeholder inertias have an eigenvalue of
+    -3.5e-8 kg m^2 against the robot's ~1 kg m^2, load with a warning, as Pinocchio loads them.
     """
     where = _where(source)
     values = np.concatenate([[link.mass], link.com, link.inertia.ravel()])
@@ -69,9 +78,13 @@ def check_link_inertia(
             f"{where}link '{link.name}': inertia has a negative eigenvalue {eig[0]:.6g} "
             "(not positive semi-definite)"
         )
-        if not known_defect or strict:
+        negligible = -eig[0] <= _NEGLIGIBLE * robot_scale
+        if strict or not (known_defect or negligible):
             raise RobotModelError(msg)
-        warnings.warn(msg + " (a known defect of this published file)", InertiaWarning, stacklevel=3)
+        why = "a known defect of this published file" if known_defect else \
+            f"negligible at the robot's scale, largest principal moment {robot_scale:.3g}"
+        warnings.warn(InertiaWarning(f"{msg} ({why})", subject=link.name, topic="negative inertia eigenvalue"),
+                      stacklevel=3)
         return
     if eig[0] + eig[1] < eig[2] - (_TRIANGLE_TOL * scale + _ABS_TOL):
         msg = (
@@ -80,7 +93,7 @@ def check_link_inertia(
         )
         if strict:
             raise RobotModelError(msg + " (strict_inertia)")
-        warnings.warn(msg, InertiaWarning, stacklevel=3)
+        warnings.warn(InertiaWarning(msg, subject=link.name, topic="triangle inequality"), stacklevel=3)
 
 
 def _check_tree(links: Sequence[Link], joints: Sequence[Joint], source: str) -> str:
@@ -214,11 +227,17 @@ def build_robot(
     strict_inertia: bool = False,
     known_inertia_defects: frozenset[str] = frozenset(),
     source: str = "",
+    children_by_name: bool = True,
+    massless_links: frozenset[str] = frozenset(),
 ) -> Robot:
     """Interpret links and joints as Pinocchio does (see the module docstring).
 
     ``known_inertia_defects`` names links whose non-physical inertia is a known
     defect of a published file (see :func:`check_link_inertia`).
+    ``children_by_name=False`` keeps each link's children in the order of ``joints``
+    instead of sorting them by joint name.  ``massless_links`` names links that are
+    massless by construction (the intermediate bodies a loader makes of a body with
+    several joints): their bodies get no zero-mass warning.
     """
     links = tuple(links)
     joints = tuple(joints)
@@ -229,9 +248,8 @@ def build_robot(
     fixed_mimics = [j.name for j in joints if j.mimic is not None and j.type is JointType.FIXED]
     if fixed_mimics:
         # Pinocchio ignores <mimic> on a fixed joint (talos' grippers); so do we, loudly.
-        warnings.warn(
-            f"{where}<mimic> ignored on fixed joint(s) {', '.join(fixed_mimics)}", GridWarning, stacklevel=2
-        )
+        warnings.warn(GridWarning(f"{where}<mimic> ignored on fixed joint(s) {', '.join(fixed_mimics)}",
+                                  subject=", ".join(fixed_mimics), topic="<mimic> on a fixed joint"), stacklevel=2)
         joints = tuple(attrs.evolve(j, mimic=None) if j.name in fixed_mimics else j for j in joints)
     for j in joints:
         if j.type is JointType.FLOATING and j.parent != root:
@@ -239,17 +257,21 @@ def build_robot(
                 f"{where}joint '{j.name}': a floating joint is only supported under the root link"
             )
     _check_mimics(joints, source)
+    finite = [ln.inertia for ln in links if np.all(np.isfinite(ln.inertia))]
+    robot_scale = max((float(np.abs(np.linalg.eigvalsh(0.5 * (I + I.T))).max()) for I in finite), default=0.0)
     for link in links:
         check_link_inertia(
-            link, source=source, strict=strict_inertia, known_defect=link.name in known_inertia_defects
+            link, source=source, strict=strict_inertia, known_defect=link.name in known_inertia_defects,
+            robot_scale=robot_scale,
         )
 
     link_by_name = {ln.name: ln for ln in links}
     children: dict[str, list[Joint]] = {}
     for j in joints:
         children.setdefault(j.parent, []).append(j)
-    for lst in children.values():
-        lst.sort(key=lambda jj: jj.name.encode())
+    if children_by_name:
+        for lst in children.values():
+            lst.sort(key=lambda jj: jj.name.encode())
 
     # Mutable state of the walk; turned into frozen Bodies at the end.
     specs: list[dict] = []
@@ -324,13 +346,13 @@ def build_robot(
             mimic = MimicOf(tgt, float(m.multiplier), float(m.offset))
             qi, vi = specs[tgt]["q_index"], specs[tgt]["v_index"]
         I = inertia_acc[i]
-        if I[5, 5] == 0.0:
+        if I[5, 5] == 0.0 and s["joint"].child not in massless_links:
             msg = (
                 f"{where}link '{s['joint'].child}' (body of joint '{s['joint'].name}') has zero mass"
             )
             if strict_inertia:
                 raise RobotModelError(msg + " (strict_inertia)")
-            warnings.warn(msg, InertiaWarning, stacklevel=2)
+            warnings.warn(InertiaWarning(msg, subject=s["joint"].child, topic="zero mass"), stacklevel=2)
         bodies.append(
             Body(
                 index=i,

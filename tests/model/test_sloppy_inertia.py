@@ -138,9 +138,18 @@ def test_atlas_cli_warns_and_strict_fails():
     runner = CliRunner()
     ok = runner.invoke(main, ["info", "atlas"])
     assert ok.exit_code == 0
-    lines = ok.stderr.splitlines()
-    assert lines and all(line.startswith("grid: warning: bundled:atlas: link '") for line in lines)
-    assert {re.search(r"link '([^']+)'", line).group(1) for line in lines} == REAL["atlas"][1]
+    # one summary line: count, topics, first links; -v adds every warning, one a line
+    assert ok.stderr.splitlines() == [
+        "grid: warning: atlas: 4 warnings: triangle inequality: 1 (l_lglut); negative inertia eigenvalue: 3 "
+        "(utorso, l_foot, r_foot) (-v lists them)"
+    ]
+    verbose = runner.invoke(main, ["-v", "info", "atlas"])
+    lines = verbose.stderr.splitlines()
+    assert len(lines) == 5 and lines[0].endswith("(utorso, l_foot, r_foot)")
+    assert all(line.startswith("grid: warning:   bundled:atlas: link '") for line in lines[1:])
+    assert {re.search(r"link '([^']+)'", line).group(1) for line in lines[1:]} == REAL["atlas"][1]
+    quiet = runner.invoke(main, ["-q", "info", "atlas"])
+    assert quiet.exit_code == 0 and quiet.stderr == "" and quiet.stdout == ok.stdout
     strict = runner.invoke(main, ["info", "atlas", "--strict-inertia"])
     assert strict.exit_code == 1 and isinstance(strict.exception, SystemExit)
     assert strict.stdout == ""
@@ -148,3 +157,38 @@ def test_atlas_cli_warns_and_strict_fails():
         "grid: error: bundled:atlas: link 'l_lglut': principal moments 0.000242697, 0.00121984, "
         "0.00155746 violate the triangle inequality (strict_inertia)"
     ]
+
+
+def test_romeo_cli_summarises_24_warnings_in_one_line():
+    result = CliRunner().invoke(main, ["info", "erd:romeo"])
+    assert result.exit_code == 0
+    assert result.stderr.splitlines() == [
+        "grid: warning: erd:romeo: 24 warnings: zero mass: 24 (LFinger21Link, LFinger22Link, LFinger23Link, ...) "
+        "(-v lists them)"
+    ]
+    assert len(CliRunner().invoke(main, ["-v", "info", "erd:romeo"]).stderr.splitlines()) == 25
+
+
+def test_tiago_negligible_negative_eigenvalue_loads_with_a_warning_as_pinocchio_loads_it():
+    """tiago's antennas (1e-6 kg) carry placeholder inertias with an eigenvalue of -3.5e-8 kg m^2:
+    negligible against the robot's largest principal moment, so a warning, not an error."""
+    import pinocchio as pin
+
+    robot, caught = load_warned("erd:tiago")
+    assert {w.category for w in caught} == {InertiaWarning}
+    assert set(warned_links(caught)) == {"base_antenna_left_link", "base_antenna_right_link"}
+    message = str(caught[0].message)
+    assert re.search(r"negative eigenvalue -3\.53\d*e-08 .*negligible at the robot's scale", message), message
+    from grid_plugins.erd import resolve
+
+    model = pin.buildModelFromUrdf(str(resolve("tiago")))
+    assert robot.nv == model.nv
+    with pytest.raises(RobotModelError, match="base_antenna_left_link"):
+        grid_core.load_robot("erd:tiago", strict_inertia=True)
+
+
+def test_a_negative_eigenvalue_that_matters_is_still_an_error():
+    """The same eigenvalue on a robot whose largest moment is of its own size is an error."""
+    urdf = (SLOPPY.parent / "hostile" / "negative_eigenvalue_inertia.urdf")
+    with pytest.raises(RobotModelError, match=r"link 'a': inertia has a negative eigenvalue -0\.4 "):
+        grid_core.load_robot(str(urdf))
