@@ -251,6 +251,38 @@ def info(obj: _Ctx, source, floating_base, strict_inertia, strict):
 
 
 @main.command()
+@click.pass_obj
+def robots(obj: _Ctx):
+    """List the robot names the loaders know (bundled, and erd: when example-robot-data is
+    installed) with nq, nv, the natural base and the mimic joints."""
+    reg = obj.registry()
+    for loader in reg.loaders.values():
+        names = loader.names()
+        if not names:
+            continue
+        info = reg.info_of("loader", loader.name)
+        click.echo(f"{loader.name} ({info.distribution} {info.version}): {loader.summary}")
+        click.echo(f"  {'NAME':<36} {'nq':>4} {'nv':>4}  {'base':<9} mimic joints")
+        for name in names:
+            source = name if loader.claims(name) else f"{loader.name}:{name}"
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    robot = _load(source, None, False)
+            except GridError as exc:
+                why = _one_line(exc).split(".urdf: ", 1)[-1]  # the file's path is long: what is wrong
+                click.echo(f"  {source:<36} does not load: {why}")
+                continue
+            base = "floating" if robot.floating_base else "fixed"
+            mimic = ", ".join(robot.mimic_joint_names) or "-"
+            click.echo(f"  {source:<36} {robot.nq:>4} {robot.nv:>4}  {base:<9} {mimic}")
+        short = getattr(loader, "aliases", None)
+        if short:
+            click.echo("  short names: " + ", ".join(f"{loader.name}:{k} ({v})" for k, v in short().items()))
+    click.echo("Any robot loads with a free-flyer root under --floating-base (Python: floating_base=True).")
+
+
+@main.command()
 @click.argument("algorithm")
 @click.pass_obj
 def review(obj: _Ctx, algorithm):

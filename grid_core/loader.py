@@ -94,7 +94,7 @@ def unresolved(source: str, loaders: dict[str, RobotLoader]) -> RobotNotFoundErr
     prefix, sep, _ = source.partition(":")
     if sep and prefix.isidentifier() and len(prefix) > 1:  # not a drive letter (C:...)
         return RobotNotFoundError(f"unknown loader '{prefix}' in '{source}' (loaders: {prefixes})")
-    known = sorted(n for ld in loaders.values() for n in ld.names())
+    known = sorted(n for ld in loaders.values() for n in ld.names() if ld.claims(n))  # the unprefixed ones
     return RobotNotFoundError(
         f"unknown robot '{source}': not a file, not a bundled name ({', '.join(known)}), "
         f"and no loader prefix ({prefixes}) given (`grid robots` lists the names)"

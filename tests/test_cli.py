@@ -197,8 +197,8 @@ def test_ambiguous_erd_name_lists_the_candidates():
 
 def test_unknown_erd_name():
     line = one_error_line(grid("info", "erd:nosuchrobot"))
-    assert line.startswith("grid: error: erd:nosuchrobot not found; available: ")
-    assert "panda" in line
+    assert line.startswith("grid: error: erd:nosuchrobot not found (")
+    assert line.endswith("`grid robots` lists every name)")
 
 
 def test_disable_plugin_applies_to_robot_loading(monkeypatch):
@@ -244,7 +244,8 @@ def test_usage_error_exit_2_in_a_real_process(tmp_path):
 
 def test_unknown_loader_prefix_is_named_as_such():
     line = one_error_line(grid("info", "nosuchloader:foo"))
-    assert line == "grid: error: unknown loader 'nosuchloader' in 'nosuchloader:foo' (loaders: urdf:, bundled:, erd:)"
+    loaders = ", ".join(f"{n}:" for n in grid_core.registry().loaders)
+    assert line == f"grid: error: unknown loader 'nosuchloader' in 'nosuchloader:foo' (loaders: {loaders})"
 
 
 def test_a_directory_is_named_as_such(tmp_path):
@@ -278,3 +279,35 @@ def test_quiet_silences_warnings_and_status_lines(tmp_path):
     out = tmp_path / "grid.cuh"
     result = grid("-q", "build", "atlas", "-o", str(out))
     assert result.exit_code == 0 and result.stderr == "" and out.exists()
+
+
+# -- robot names one can find ------------------------------------------------------------------
+
+def test_robots_lists_bundled_and_erd_names_with_sizes_base_and_mimics():
+    result = grid("robots")
+    assert result.exit_code == 0 and result.stderr == ""
+    rows = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines() if line.startswith("  ")}
+    assert rows["iiwa14"] == ["7", "7", "fixed", "-"]
+    assert rows["g1"] == ["36", "35", "floating", "-"]
+    assert rows["erd:panda"] == ["8", "8", "fixed", "panda_finger_joint2"]
+    assert rows["erd:solo12"] == ["12", "12", "fixed", "-"]
+    # a shared stem is listed under its packages, a broken file says why in one line
+    assert "erd:anymal_b_simple/anymal" in rows and "erd:anymal_c_simple/anymal" in rows
+    assert " ".join(rows["erd:romeo_laas_small"]).startswith("does not load: link 'body': inertia has a negative")
+    assert "erd:ur5 (ur5_robot)" in result.stdout and "erd:talos (talos_reduced)" in result.stdout
+
+
+@pytest.mark.parametrize("short, stem, nv", [("ur5", "ur5_robot", 6), ("talos", "talos_reduced", 32),
+                                              ("hyq", "hyq_no_sensors", 12), ("solo", "solo", 8)])
+def test_short_erd_names_resolve(short, stem, nv):
+    from grid_plugins.erd import resolve
+
+    assert resolve(short).stem == stem
+    result = grid("info", f"erd:{short}")
+    assert result.exit_code == 0 and f"nv: {nv} " in result.stdout
+
+
+def test_unknown_erd_name_suggests_close_names_not_the_whole_list():
+    line = one_error_line(grid("info", "erd:pandaa"))
+    assert line == "grid: error: erd:pandaa not found (did you mean erd:panda? `grid robots` lists every name)"
+    assert len(one_error_line(grid("info", "erd:nosuchrobot"))) < 200
