@@ -78,6 +78,7 @@ def aba(robot: Robot, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY) -> np.nda
 
 class ABA(Algorithm):
     name = "aba"
+    inverts_mass_matrix = True
     summary = "joint accelerations qdd = FD(q, qd, tau, f_ext) by the articulated-body algorithm"
     math = r"""
 Pass 1, root to leaves: :math:`v_i = X_i v_{\lambda(i)} + S_i \dot q_i`,
@@ -104,8 +105,8 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
     review = ParallelismReview(
         P1=todo("the three passes are per-body chains; bodies of one BFS level are independent "
                 "(pass 2's parent accumulation an atomicAdd or a per-level segmented reduction). "
-                "A/B-time it against serial GLASS-style 6x6 operations (seed 000 warns P1 can lose "
-                "on narrow levels)"),
+                "A/B-time it against serial GLASS-style 6x6 operations (a parallel level loses to "
+                "serial code when levels are narrow, as on a single arm)"),
         P2=todo("on mimic robots the constraint right-hand sides are independent columns of passes "
                 "2-3: fan them across threads next to the physical one"),
         P3=todo("Xup and the velocity-independent parts depend only on q: hoist them out of the "

@@ -72,6 +72,7 @@ def minv(robot: Robot, q) -> np.ndarray:
 
 class Minv(Algorithm):
     name = "minv"
+    inverts_mass_matrix = True
     summary = "inverse joint-space inertia M(q)^-1 by Carpentier's direct recursion (M never formed)"
     math = r"""
 Backward pass, leaves to root, with :math:`F_i` the articulated bias forces of the unit joint

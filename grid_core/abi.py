@@ -34,6 +34,8 @@ import attrs
 from .algorithm import Port
 from .composer import resolve_algorithms
 from .model import Robot
+from .model.robot import QUATERNION_TOLERANCE
+from .reference import is_configuration
 
 DTYPES = {"f32": "float", "f64": "double"}
 TRANSFERS = {"auto": 0, "copy": 1, "mapped": 2, "mapped_staged": 3}
@@ -155,12 +157,35 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "",
     ]
     for fn in abi_functions(robot, algorithms):
-        lines += _function_source(fn, ns)
+        lines += _function_source(fn, ns, robot)
     lines += ['}  // extern "C"', ""]
     return "\n".join(lines)
 
 
-def _function_source(fn: AbiFunction, ns: str) -> list[str]:
+def _quaternion_check(fn: AbiFunction, robot: Robot, T: str) -> list[str]:
+    """The host form's check of the free-flyer quaternions in the staged q (unit norm, as
+    :func:`grid_core.reference.check_quaternions` requires): one pass over N x 4 values."""
+    q = next((p for p in fn.inputs if is_configuration(p, robot)), None)
+    if q is None:
+        return []
+    lo, hi = (1 - QUATERNION_TOLERANCE) ** 2, (1 + QUATERNION_TOLERANCE) ** 2
+    lines = [
+        "    // free-flyer quaternions (x y z w) of unit norm: a zero one would give NaN silently",
+        f"    if ({q.name} != nullptr) {{",
+        f"        const {T} *qs = reinterpret_cast<const {T} *>(h_in + i_{q.name});",
+        "        for (size_t k = 0; k < n; ++k) {",
+    ]
+    for i in robot.quaternion_indices:
+        lines += [
+            f"            const {T} *x = qs + k * {robot.nq} + {i};",
+            "            const double nn = double(x[0]) * x[0] + double(x[1]) * x[1] + double(x[2]) * x[2] + "
+            "double(x[3]) * x[3];",
+            f"            if (!(nn >= {lo!r} && nn <= {hi!r})) return GRID_ABI_BAD_QUATERNION;",
+        ]
+    return lines + ["        }", "    }"]
+
+
+def _function_source(fn: AbiFunction, ns: str, robot: Robot) -> list[str]:
     """The device form, the host form and their packed forms of one algorithm in one precision."""
     T = DTYPES[fn.dtype]
     if len(fn.inputs) > 32:  # copy_segments reports a NaN or inf as one bit per state input
@@ -232,6 +257,7 @@ def _function_source(fn: AbiFunction, ns: str) -> list[str]:
         f"    const uint32_t nonfinite = copy_segments<{T}>(copies, count);",
         f"    for (int k = 0; nonfinite != 0 && k < {len(fn.inputs)}; ++k)",
         "        if (nonfinite >> k & 1u) return GRID_ABI_NONFINITE_INPUT - k;",
+        *_quaternion_check(fn, robot, T),
     ]
     for p in fn.inputs:
         body.append(f"    const {T} *d_{p.name} = {p.name} != nullptr ? reinterpret_cast<const {T} *>(d_in + i_{p.name}) "

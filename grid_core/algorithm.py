@@ -96,6 +96,20 @@ def dynamics_inputs(robot: Robot, third: str) -> tuple[Port, ...]:
     )
 
 
+BACKENDS = ("Reference", "Emulated", "CpuHandle", "RobotHandle")
+"""Where an algorithm can run: the float64 numpy reference, and the generated code host-emulated,
+on the CPU and on the GPU."""
+
+
+def backend_table(algorithms: dict) -> tuple[list[str], list[list[str]]]:
+    """``(header, rows)``: for each algorithm, ``yes`` under each backend that runs it.  Every
+    algorithm has a reference; the generated-code backends run those with an emitter
+    (:meth:`Algorithm.has_emitter`).  ``grid list`` and the documentation's home page show it."""
+    rows = [[name, *("yes" if b == "Reference" or alg.has_emitter() else "-" for b in BACKENDS)]
+            for name, alg in algorithms.items()]
+    return ["algorithm", *BACKENDS], rows
+
+
 class Algorithm:
     """Base class of every algorithm (see the module docstring for the slots)."""
 
@@ -107,6 +121,10 @@ class Algorithm:
     emitter: ClassVar[Any] = None
     supports_mimic: ClassVar[bool] = True
     """Whether the reference handles mimic joints (Pinocchio's mimic model)."""
+    inverts_mass_matrix: ClassVar[bool] = False
+    """Whether it inverts the mass matrix (minv, aba): on a robot where that is singular, every
+    backend raises a GridError naming the robot, the algorithm and the cause (an algorithm
+    composing one inherits it through ``depends_on``)."""
 
     # -- declarations ------------------------------------------------------------
 

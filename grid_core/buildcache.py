@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -87,6 +88,36 @@ def build(
     if not quiet:
         print(f"grid: {label} {key[:7]} compiled in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return final, False
+
+
+def build_reported(what: str, target: str, failure: str, label: str, sources: dict[str, str], command: list[str],
+                   output: str, *, quiet: bool = False, **options) -> tuple[Path, bool]:
+    """:func:`build` as a user sees it (Warp's build UX): while the compiler runs, a progress
+    line every 5 s (``grid: compiling inverse_dynamics[g1] for sm_90... 10 s``), then one status
+    line (``grid: inverse_dynamics[g1] 3f2a9c1 compiled in 41.2 s`` / ``(cached)``); none with
+    ``quiet``.  ``what`` names the artefact, ``target`` what it is built for, and a failure is a
+    :class:`BuildError` ``what: failure: <the compiler's log>``."""
+    done = threading.Event()
+    t0 = time.perf_counter()
+
+    def progress():
+        while not done.wait(5.0):
+            print(f"grid: compiling {what} for {target}... {time.perf_counter() - t0:.0f} s", file=sys.stderr,
+                  flush=True)
+
+    if not quiet:
+        threading.Thread(target=progress, daemon=True).start()
+    try:
+        path, cached = build(label, sources, command, output, **options)
+    except BuildError as exc:
+        raise BuildError(f"{what}: {failure}: {exc}") from None
+    finally:
+        done.set()
+    if not quiet:
+        key = path.stem.rsplit("-", 1)[-1][:7]
+        status = "(cached)" if cached else f"compiled in {time.perf_counter() - t0:.1f} s"
+        print(f"grid: {what} {key} {status}", file=sys.stderr, flush=True)
+    return path, cached
 
 
 def host_compiler() -> list[str]:

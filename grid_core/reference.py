@@ -16,11 +16,15 @@ from collections.abc import Callable
 import numpy as np
 
 from .algorithm import Algorithm, Port
-from .errors import InputError, PluginError
+from .errors import GridError, InputError, PluginError
 from .model import Robot
+from .model.robot import QUATERNION_TOLERANCE
 
 
-def _shape_text(shape) -> str:
+def _shape_text(shape, batched: bool = False) -> str:
+    """``(7,)``, or with ``batched`` ``(N, 7)``: shapes as a user writes them."""
+    if batched:
+        return "(" + ", ".join(["N", *map(str, shape)]) + ")"
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
@@ -43,7 +47,7 @@ def as_float_array(name: str, value, shape: tuple[int, ...], *, algorithm: str, 
     elif batched and arr.ndim == len(shape) + 1 and arr.shape[1:] == shape:
         n = arr.shape[0]
     else:
-        expect = _shape_text(shape) + (f" or (N, {_shape_text(shape)[1:]}" if batched else "")
+        expect = _shape_text(shape) + (f" or {_shape_text(shape, batched=True)}" if batched else "")
         raise InputError(f"{algorithm}: argument '{name}' has shape {arr.shape}, expected {expect}")
     if not np.all(np.isfinite(arr)):
         raise InputError(f"{algorithm}: argument '{name}' contains NaN or inf")
@@ -153,7 +157,52 @@ def bind_inputs(alg: Algorithm, robot: Robot, args, kwargs) -> tuple[dict, int |
             arr = bound[p.name]
             if p.batched and arr is not None and arr.shape == p.shape:
                 bound[p.name] = np.broadcast_to(arr, (batch, *p.shape))
+    for p in ports:
+        if is_configuration(p, robot) and bound[p.name] is not None:
+            check_quaternions(alg.name, p.name, bound[p.name], robot)
     return bound, batch
+
+
+def is_configuration(port: Port, robot: Robot) -> bool:
+    """Whether ``port`` is a configuration q of a robot with a free-flyer (its quaternion checked)."""
+    return port.name == "q" and port.kind == "state" and port.shape == (robot.nq,) and \
+        bool(robot.quaternion_indices)
+
+
+def check_quaternions(algorithm: str, name: str, q: np.ndarray, robot: Robot) -> None:
+    """Refuse a free-flyer quaternion that is not of unit norm (a zero one gives NaN), naming the
+    input, the state and the fix."""
+    for i in robot.quaternion_indices:
+        norm = np.linalg.norm(q[..., i:i + 4], axis=-1)
+        bad = np.flatnonzero(~(np.abs(norm - 1.0) <= QUATERNION_TOLERANCE))
+        if bad.size:
+            k = int(bad[0])
+            at = f"q[{i}:{i + 4}]" if q.ndim == 1 else f"q[{k}, {i}:{i + 4}]"
+            value = float(np.ravel(norm)[k])
+            raise InputError(
+                f"{algorithm}: argument '{name}' holds a free-flyer quaternion {at} (x y z w) of norm {value:.6g}"
+                f"{f' ({bad.size} of {q.shape[0]} states)' if q.ndim > 1 else ''}, not a unit quaternion: "
+                "normalise it, or start from robot.neutral() or robot.random_configuration(rng)"
+            )
+
+
+def singular_mass_matrix(alg: Algorithm, robot: Robot, cause: str = "") -> GridError:
+    """The error for an algorithm that inverts the mass matrix of a robot where it is singular."""
+    joints = robot.massless_joints
+    if joints:
+        shown = ", ".join(joints[:4]) + (f" and {len(joints) - 4} more" if len(joints) > 4 else "")
+        why = (f"joints {shown} move bodies with no mass and no inertia (a zero-mass chain), so their rows "
+               "of the mass matrix are zero: give those links inertia, or make the joints fixed")
+    else:
+        why = "it is not invertible at this configuration"
+    return GridError(f"{alg.name} on robot '{robot.name}': the mass matrix is singular: {why}"
+                     + (f" ({cause})" if cause else ""))
+
+
+def inverts_mass_matrix(alg: Algorithm, algorithms: dict) -> bool:
+    """Whether ``alg`` or an algorithm it composes inverts the mass matrix."""
+    return alg.inverts_mass_matrix or any(
+        inverts_mass_matrix(algorithms[d], algorithms) for d in alg.depends_on if d in algorithms)
 
 
 class _BoundAlgorithm:
@@ -168,7 +217,7 @@ class _BoundAlgorithm:
             inspect.Parameter(
                 p.name,
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                default=p.default if (p.optional or not p.batched) else inspect.Parameter.empty,
+                default=p.default if (p.optional or p.default is not None) else inspect.Parameter.empty,
             )
             for p in self._alg.inputs(self._backend.robot)
         ]
@@ -177,17 +226,22 @@ class _BoundAlgorithm:
     def __call__(self, *args, **kwargs):
         alg, robot = self._alg, self._backend.robot
         bound, batch = bind_inputs(alg, robot, args, kwargs)
+        if robot.massless_joints and inverts_mass_matrix(alg, self._backend._registry.algorithms):
+            raise singular_mass_matrix(alg, robot)
         single = self._backend._single(alg.name)
         ports = alg.inputs(robot)
-        if batch is None:
-            return single(**bound)
-        results = []
-        for k in range(batch):
-            one = {
-                p.name: (bound[p.name][k] if p.batched and bound[p.name] is not None else bound[p.name])
-                for p in ports
-            }
-            results.append(single(**one))
+        try:
+            if batch is None:
+                return single(**bound)
+            results = []
+            for k in range(batch):
+                one = {
+                    p.name: (bound[p.name][k] if p.batched and bound[p.name] is not None else bound[p.name])
+                    for p in ports
+                }
+                results.append(single(**one))
+        except np.linalg.LinAlgError as exc:
+            raise singular_mass_matrix(alg, robot, f"numpy: {exc}") from None
         if isinstance(results[0], tuple):
             return tuple(np.stack(parts) for parts in zip(*results))
         return np.stack(results)

@@ -23,6 +23,10 @@ import numpy as np
 
 from .topology import Topology
 
+QUATERNION_TOLERANCE = 1e-3
+"""How far from 1 a free-flyer quaternion's norm may be (float32 rounding and integration drift
+stay far below it; a zero or unnormalised quaternion is refused, naming the input)."""
+
 
 def _frozen_array(value) -> np.ndarray:
     arr = np.array(value, dtype=np.float64)
@@ -221,6 +225,51 @@ class Robot:
     @property
     def mimic_joint_names(self) -> tuple[str, ...]:
         return tuple(b.joint.name for b in self.bodies if b.mimic is not None)
+
+    @property
+    def quaternion_indices(self) -> tuple[int, ...]:
+        """Where each free-flyer's quaternion (x y z w) starts in q."""
+        return tuple(b.q_index + 3 for b in self.bodies if b.jtype is JointType.FLOATING)
+
+    @functools.cached_property
+    def massless_joints(self) -> tuple[str, ...]:
+        """The joints whose subtree carries no mass and no inertia: each makes a zero row of the
+        mass matrix, which is then singular at every configuration (romeo's finger chains)."""
+        carries = [bool(np.any(b.inertia)) for b in self.bodies]
+        for b in reversed(self.bodies):  # children come after their parent
+            if b.parent >= 0 and carries[b.index]:
+                carries[b.parent] = True
+        return tuple(b.joint.name for b in self.bodies if not carries[b.index] and b.nv)
+
+    def neutral(self) -> np.ndarray:
+        """The zero configuration (Pinocchio's ``neutral``): every joint at 0, a free-flyer at the
+        origin with the identity quaternion (0, 0, 0, 1)."""
+        q = np.zeros(self.nq)
+        q[[i + 3 for i in self.quaternion_indices]] = 1.0
+        return q
+
+    def random_configuration(self, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
+        """A valid random configuration (or ``n`` of them): each joint uniform within its limits
+        (in [-pi, pi] without limits, [-1, 1] m for a prismatic one), a free-flyer's position in
+        [-1, 1] m and its quaternion uniform over the unit sphere."""
+        shape = (self.nq,) if n is None else (n, self.nq)
+        q = np.empty(shape)
+        for b in self.bodies:
+            if b.nq == 0:
+                continue
+            i = b.q_index
+            if b.jtype is JointType.FLOATING:
+                q[..., i:i + 3] = rng.uniform(-1.0, 1.0, shape[:-1] + (3,))
+                quat = rng.normal(size=shape[:-1] + (4,))
+                q[..., i + 3:i + 7] = quat / np.linalg.norm(quat, axis=-1, keepdims=True)
+                continue
+            j = b.joint
+            bounded = j.lower is not None and j.upper is not None and j.lower < j.upper and \
+                np.isfinite(j.lower) and np.isfinite(j.upper) and j.type is not JointType.CONTINUOUS
+            span = 1.0 if j.type is JointType.PRISMATIC else np.pi
+            lo, hi = (j.lower, j.upper) if bounded else (-span, span)
+            q[..., i] = rng.uniform(lo, hi, shape[:-1])
+        return q
 
     @functools.cached_property
     def topology(self) -> Topology:

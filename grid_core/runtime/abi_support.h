@@ -74,6 +74,8 @@ struct Staging {
 #define GRID_ABI_TRY(expr) do { cudaError_t e_ = (expr); if (e_ != cudaSuccess) return int(e_); } while (0)
 // Host-path return code for a NaN or inf in state input k (k counted from 0): -1000 - k.
 #define GRID_ABI_NONFINITE_INPUT (-1000)
+// Host-path return code for a free-flyer quaternion of q that is not of unit norm.
+#define GRID_ABI_BAD_QUATERNION (-900)
 
 namespace {
 // Copies n values and tells whether all are finite (NaN and inf have every exponent bit set):

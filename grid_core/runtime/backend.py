@@ -19,6 +19,7 @@ from ..errors import GridError, InputError
 LAYOUTS = {"auto": 0, "block": 1, "per_state": 2}
 SETTINGS = ("layout", "tier", "threads", "blocks", "transfer")
 NONFINITE_INPUT = -1000  # GRID_ABI_NONFINITE_INPUT of grid_core.abi
+BAD_QUATERNION = -900  # GRID_ABI_BAD_QUATERNION: a free-flyer quaternion of q not of unit norm
 _FALLBACK = object()
 _from_buffer = ctypes.c_char.from_buffer
 _addressof = ctypes.addressof
@@ -389,11 +390,12 @@ class AbiBackend:
             keep.append(a)
             cargs.append(a.ctypes.data)
         err = fn(*cargs, n, *self._settings_of(alg.name))
-        if err <= NONFINITE_INPUT:  # the library found NaN/inf while staging: name the argument
+        if err <= NONFINITE_INPUT or err == BAD_QUATERNION:  # found while staging: name the argument
             from ..reference import bind_inputs
 
             bind_inputs(alg, self.robot, args, kwargs)
-            raise InputError(f"{alg.name}: a state input contains NaN or inf")
+            raise InputError(f"{alg.name}: a state input contains NaN or inf" if err != BAD_QUATERNION else
+                             f"{alg.name}: argument 'q' holds a free-flyer quaternion not of unit norm")
         self._check(err, f"{alg.name} launch")
         if out is not None:
             return out
@@ -474,7 +476,7 @@ class AbiBackend:
                 return _FALLBACK
             err = plan.host_fn(w)
         if err:
-            if err <= NONFINITE_INPUT:
+            if err <= NONFINITE_INPUT or err == BAD_QUATERNION:
                 return _FALLBACK  # the general path names the argument
             self._check(err, f"{plan.name} launch")
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -634,6 +636,10 @@ class AbiBackend:
     def close(self) -> None:
         """Kept for symmetry: the library owns its buffers for the life of the process."""
 
+    def __dir__(self):
+        # the algorithm methods are resolved in __getattr__: list them too (tab completion)
+        return sorted(set(super().__dir__()) | set(self._emitted()))
+
     def __getattr__(self, name: str):
         # called only until the method is bound into the instance dict below
         if name.startswith("_"):
@@ -646,6 +652,14 @@ class AbiBackend:
                 f"{type(self).__name__} has no algorithm '{name}' (built: {', '.join(self._emitted())})"
             )
         alg = algs[name]
+        from ..reference import inverts_mass_matrix, singular_mass_matrix
+
+        if self.robot.massless_joints and inverts_mass_matrix(alg, algs):
+            def method(*args, out=None, **kwargs):
+                raise singular_mass_matrix(alg, self.robot)
+
+            method.__name__ = name
+            return method
 
         def method(*args, out=None, **kwargs):
             if args and not kwargs:
@@ -677,14 +691,17 @@ class Emulated(AbiBackend):
 
     ``layout`` (``auto``, ``block``, ``per_state``), ``tier`` and ``threads`` select
     the launch; ``generate_options`` go to :func:`grid_core.composer.generate`
-    (``target_shared_mem_bytes=0`` forces the deepest spill rung).
+    (``target_shared_mem_bytes=0`` forces the deepest spill rung).  The first call compiles
+    the library (seconds to tens of seconds for a large robot; progress and one status line on
+    stderr, none with ``quiet``), cached by content under ``GRID_CACHE_DIR``.
     """
 
     def __init__(self, robot, algorithms=None, dtype=np.float64, *, layout="auto", tier=0, threads=0, blocks=0,
-                 transfer="auto", **generate_options):
+                 transfer="auto", quiet: bool = False, **generate_options):
         super().__init__(robot, algorithms, dtype, layout=layout, tier=tier, threads=threads, blocks=blocks,
                          transfer=transfer)
         self.generate_options = generate_options
+        self.quiet = quiet
         self._handle = None
 
     def sources(self) -> dict[str, str]:
@@ -695,17 +712,21 @@ class Emulated(AbiBackend):
         ns = self.generate_options.get("namespace", "grid")
         return {"grid.cuh": header, "abi.cpp": abi_source(self.robot, self.algorithms, "grid.cuh", ns)}
 
-    def library_path(self):
+    def library_path(self, quiet: bool = True):
+        """The compiled library (built on first use; ``quiet=False`` reports the build as the GPU
+        build does)."""
         from .. import buildcache
 
         cmd = [*buildcache.host_compiler(), "-std=c++17", "-O1", "-fPIC", "-shared", "-DGRID_HOST_EMULATION",
                "-Wall", "-Wno-unused-variable", "-Wno-unused-but-set-variable", "-o", "{out}", "abi.cpp"]
-        path, _ = buildcache.build(f"emu-{self.robot.name}", self.sources(), cmd, "libgrid_emu.so")
+        path, _ = buildcache.build_reported(f"{','.join(self._emitted())}[{self.robot.name}]", "host emulation",
+                                            "the host-emulated build failed", f"emu-{self.robot.name}",
+                                            self.sources(), cmd, "libgrid_emu.so", quiet=quiet)
         return path
 
     def _lib(self):
         if self._handle is None:
-            self._handle = load_abi(self.library_path())
+            self._handle = load_abi(self.library_path(quiet=self.quiet))
         return self._handle
 
     def _library_file(self):

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-import threading
-import time
-
 import numpy as np
 
 from .. import buildcache
 from .backend import AbiBackend, load_abi
-from ..errors import BuildError
 from .cuda import cuda_arch, find_nvcc, nvcc_version, require_device
 
 
@@ -35,31 +30,11 @@ def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet:
     label = f"gpu-{robot.name.replace('/', '_')}"
     cmd = nvcc_command(nvcc, arch)
     extra = {"nvcc": nvcc_version(nvcc), "arch": arch}
-    done = threading.Event()
-    t0 = time.perf_counter()
-
-    def progress():
-        # nvcc takes tens of seconds on big robots: say so while it runs
-        while not done.wait(5.0):
-            if not quiet:
-                print(f"grid: compiling {names}[{robot.name}] for {arch}... {time.perf_counter() - t0:.0f} s",
-                      file=sys.stderr, flush=True)
-
-    ticker = threading.Thread(target=progress, daemon=True)
-    ticker.start()
-    try:
-        # keyed by nvcc's version, not its path: the same compiler elsewhere (another machine,
-        # another install prefix) finds the same library
-        path, cached = buildcache.build(label, sources, cmd, "libgrid.so", extra=extra,
+    # keyed by nvcc's version, not its path: the same compiler elsewhere (another machine,
+    # another install prefix) finds the same library
+    path, _ = buildcache.build_reported(f"{names}[{robot.name}]", arch, f"nvcc failed for {arch}", label, sources,
+                                        cmd, "libgrid.so", quiet=quiet, extra=extra,
                                         key_command=nvcc_command("nvcc", arch))
-    except BuildError as exc:
-        raise BuildError(f"{names}[{robot.name}]: nvcc failed for {arch}: {exc}") from None
-    finally:
-        done.set()
-    if not quiet:
-        key = path.stem.rsplit("-", 1)[-1][:7]
-        status = "(cached)" if cached else f"compiled in {time.perf_counter() - t0:.1f} s"
-        print(f"grid: {names}[{robot.name}] {key} {status}", file=sys.stderr)
     return path
 
 
