@@ -17,6 +17,7 @@ import numpy as np
 __all__ = [
     "skew",
     "rpy_to_matrix",
+    "matrix_to_rpy",
     "axis_angle",
     "quat_to_matrix",
     "plux",
@@ -49,6 +50,34 @@ def rpy_to_matrix(rpy) -> np.ndarray:
             [-sp, cp * sr, cp * cr],
         ]
     )
+
+
+def matrix_to_rpy(R) -> np.ndarray:
+    """Inverse of :func:`rpy_to_matrix`: ``(roll, pitch, yaw)``, pitch in [-pi/2, pi/2].
+
+    Rebuilds ``R`` to rounding everywhere, gimbal lock included: the closed form
+    (yaw = 0 at the lock, where only roll -/+ yaw is defined) is refined by
+    Gauss-Newton steps on the rotation error, so near pitch = +-pi/2, where the
+    closed form's roll and yaw are each ill-determined, their rotation is still ``R``.
+    """
+    R = np.asarray(R, dtype=float)
+    cp = np.hypot(R[0, 0], R[1, 0])
+    pitch = np.arctan2(-R[2, 0], cp)
+    if cp > 1e-15:
+        rpy = np.array([np.arctan2(R[2, 1], R[2, 2]), pitch, np.arctan2(R[1, 0], R[0, 0])])
+    else:
+        rpy = np.array([np.arctan2(-R[1, 2], R[1, 1]), pitch, 0.0])
+    ex, ey, ez = np.eye(3)
+    for _ in range(4):
+        E = R @ rpy_to_matrix(rpy).T  # the rotation left to do, in world axes
+        w = 0.5 * np.array([E[2, 1] - E[1, 2], E[0, 2] - E[2, 0], E[1, 0] - E[0, 1]])
+        if not np.any(w):
+            break
+        _, p, y = rpy
+        Rz = axis_angle(ez, y)
+        J = np.column_stack([Rz @ axis_angle(ey, p) @ ex, Rz @ ey, ez])  # d(rpy) -> world rate
+        rpy = rpy + np.linalg.lstsq(J, w, rcond=1e-10)[0]
+    return rpy
 
 
 def axis_angle(axis, angle) -> np.ndarray:
