@@ -27,6 +27,8 @@ class RobotLoader:
     """Prefix that selects this loader: ``NAME:source``."""
     summary: ClassVar[str] = ""
     """One line for ``grid list``."""
+    file_format: ClassVar[str] = ""
+    """The file format it reads, for the error on a file no loader claims: ``"URDF (root <robot>)"``."""
 
     def claims(self, source: str) -> bool:
         """Whether an unprefixed ``source`` is for this loader."""
@@ -91,6 +93,12 @@ def unresolved(source: str, loaders: dict[str, RobotLoader]) -> RobotNotFoundErr
         inside = sorted(p.name for p in path.glob("*.urdf"))[:5]
         hint = f" (it holds {', '.join(inside)})" if inside else ""
         return RobotNotFoundError(f"'{source}' is a directory, not a robot description: give the file{hint}")
+    if path.is_file():
+        formats = [ld.file_format for ld in loaders.values() if ld.file_format]
+        return RobotNotFoundError(
+            f"'{source}' is a file no robot loader recognises: not a {', nor a '.join(formats)} "
+            "(check the file, or name its loader: LOADER:PATH)"
+        )
     prefix, sep, _ = source.partition(":")
     if sep and prefix.isidentifier() and len(prefix) > 1:  # not a drive letter (C:...)
         return RobotNotFoundError(f"unknown loader '{prefix}' in '{source}' (loaders: {prefixes})")

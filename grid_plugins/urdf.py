@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import warnings
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from grid_core import hookimpl
 from grid_core.errors import RobotModelError, RobotNotFoundError, UnsupportedFeatureError, UrdfWarning
 from grid_core.loader import RobotLoader
 from grid_core.model import Joint, JointType, Link, Mimic, Robot, build_robot, spatial
+from grid_plugins._files import byte_cap, read_under, xml_root
 
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 
@@ -46,13 +46,7 @@ _KNOWN_CHILDREN = {
 
 
 def max_urdf_bytes() -> int:
-    raw = os.environ.get("GRID_URDF_MAX_BYTES")
-    if raw is None:
-        return DEFAULT_MAX_BYTES
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise RobotModelError(f"GRID_URDF_MAX_BYTES={raw!r} is not an integer") from exc
+    return byte_cap("GRID_URDF_MAX_BYTES", DEFAULT_MAX_BYTES)
 
 
 class _Ctx:
@@ -306,21 +300,10 @@ def parse_urdf(
 
 def read_capped(path: Path) -> bytes:
     """Read a file, refusing anything over the size cap before reading it."""
+    if path.is_dir():
+        raise RobotNotFoundError(f"{path}: is a directory, not a URDF file (give the .urdf file inside it)")
     cap = max_urdf_bytes()
-    try:
-        if path.is_dir():
-            raise RobotNotFoundError(f"{path}: is a directory, not a URDF file (give the .urdf file inside it)")
-        if not path.is_file():
-            raise RobotNotFoundError(f"{path}: not a file")
-        size = path.stat().st_size
-        if size > cap:
-            raise RobotModelError(
-                f"{path}: file is {size} bytes, over the {cap}-byte cap (raise GRID_URDF_MAX_BYTES)"
-            )
-        with path.open("rb") as fh:
-            return fh.read(cap + 1)
-    except OSError as exc:
-        raise RobotNotFoundError(f"{path}: cannot read: {exc.strerror}") from None
+    return read_under(path, cap, f"file is {{size}} bytes, over the {cap}-byte cap (raise GRID_URDF_MAX_BYTES)")
 
 
 def load_urdf_file(path, *, floating_base: bool = False, strict_inertia: bool = False) -> Robot:
@@ -332,10 +315,11 @@ def load_urdf_file(path, *, floating_base: bool = False, strict_inertia: bool = 
 
 class UrdfLoader(RobotLoader):
     name = "urdf"
-    summary = "a URDF file given by path (urdf:PATH, or any path ending in .urdf or that exists)"
+    summary = "a URDF file given by path (urdf:PATH, or any path ending in .urdf or whose root is <robot>)"
+    file_format = "URDF (root <robot>)"
 
-    def claims(self, source: str) -> bool:
-        return source.lower().endswith(".urdf") or Path(source).is_file()
+    def claims(self, source: str) -> bool:  # other files by content: an .xml MJCF goes to its loader
+        return source.lower().endswith(".urdf") or (Path(source).is_file() and xml_root(source) == "robot")
 
     def load(self, source: str, *, floating_base, strict_inertia) -> Robot:
         return load_urdf_file(source, floating_base=bool(floating_base), strict_inertia=strict_inertia)
