@@ -1,4 +1,4 @@
-"""Arenas, spill rungs and resource tiers (seed 004).
+"""Arenas, spill rungs and resource tiers.
 
 An algorithm declares its scratch as :class:`ArenaRegion` s and a menu of
 :class:`SpillRung` s (rung 0 keeps everything in shared memory; each further
@@ -55,12 +55,36 @@ class ArenaRegion:
     elements: int
     doc: str = ""
     spillable: bool = True
+    parts: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=tuple)
+    """Sub-arrays ``(name, elements)`` carved from this region (each padded): a group that
+    spills together (RNEA's v, a and f).  ``elements`` is then their padded total."""
 
     def __attrs_post_init__(self):
         if not self.name.isidentifier():
             raise PluginError(f"arena region name {self.name!r} is not an identifier")
         if self.elements < 0:
             raise PluginError(f"arena region '{self.name}' has negative size")
+        if self.parts:
+            for part, size in self.parts:
+                if not str(part).isidentifier() or int(size) < 0:
+                    raise PluginError(f"arena region '{self.name}': bad part ({part!r}, {size!r})")
+            total = sum(padded(size) for _, size in self.parts)
+            if self.elements != total:
+                raise PluginError(f"arena region '{self.name}': {self.elements} elements, its parts need {total}")
+
+    @classmethod
+    def group(cls, name: str, parts, doc: str = "") -> "ArenaRegion":
+        """A region made of ``parts`` ``(name, elements)``, sized from them."""
+        parts = tuple((p, int(k)) for p, k in parts)
+        return cls(name, sum(padded(k) for _, k in parts), doc, parts=parts)
+
+    def part_offsets(self) -> tuple[tuple[str, int], ...]:
+        """``(part, offset)`` of every part, in elements from the region's start."""
+        out, off = [], 0
+        for part, size in self.parts:
+            out.append((part, off))
+            off += padded(size)
+        return tuple(out)
 
 
 @attrs.frozen
@@ -162,7 +186,7 @@ def validate_ladder(algorithm: str, regions, rungs) -> None:
 
 
 def select_rungs(algorithm: str, regions, rungs, target_smem_bytes: int | None = None) -> ArenaPlan:
-    """Map each tier to a rung for this robot (seed 004's 3-way selection).
+    """Map each tier to a rung for this robot (three-way: shared, lite, minimal).
 
     SHARED takes the lowest rung fitting the target (the sm_90 opt-in cap unless
     ``GRID_CUDA_TARGET_SHARED_MEM_BYTES`` forces a smaller one), falling through

@@ -17,6 +17,7 @@ from .arena import ArenaPlan, Tier, select_rungs, target_from_env
 from .emit import nodes as n
 from .emit import spatial_steps as ss
 from .emit.emitter import EmitContext, GridDataField
+from .emit.layers import Layers
 from .emit.expr import Scope
 from .emit.printer import render
 from .errors import CodegenError, UnsupportedFeatureError
@@ -26,7 +27,13 @@ from .model import JointType, Robot
 
 GENERATOR_VERSION = "0.1.0"
 
-P1_CHOICES = ("auto", "levels", "bodies")
+def _freeze_options(value) -> tuple:
+    """``{algorithm: {option: value}}`` as a sorted tuple (hashable, deterministic)."""
+    if not value:
+        return ()
+    if isinstance(value, tuple):
+        return value
+    return tuple(sorted((str(k), tuple(sorted(dict(v).items()))) for k, v in dict(value).items()))
 
 
 @attrs.frozen
@@ -37,20 +44,18 @@ class GenerateOptions:
     target_shared_mem_bytes: int | None = attrs.field(factory=target_from_env)
     """Shared-memory budget of the rung selection (None: the sm_90 opt-in cap);
     ``GRID_CUDA_TARGET_SHARED_MEM_BYTES`` sets it, a small value forces the deepest rung."""
-    p1: str = "auto"
-    """Sweep form of the block-cooperative layout: ``levels`` (P1 level batching),
-    ``bodies`` (one body per step), or ``auto`` (the measured winner per robot)."""
     tuning: bool = True
-    """Use the measured per-robot tuning (crossovers, P1 winner) baked into plugins."""
-    per_state_min_blocks: int = 0
-    """Minimum resident blocks per SM asked of per-state kernels (their launch bounds):
-    trades registers for occupancy. 0: the measured choice per robot, else 1."""
+    """Use the measured per-robot tuning (crossovers, sweep-form winners) baked into plugins."""
+    algorithm_options: tuple = attrs.field(default=(), converter=_freeze_options)
+    """Per-algorithm knobs, ``{name: {option: value}}``: each emitter's ``Options`` (e.g.
+    ``{"inverse_dynamics": {"p1": "bodies"}}``)."""
 
     def __attrs_post_init__(self):
         if not self.namespace.isidentifier():
             raise CodegenError(f"namespace '{self.namespace}' is not a C++ identifier")
-        if self.p1 not in P1_CHOICES:
-            raise CodegenError(f"p1 must be one of {', '.join(P1_CHOICES)}, not '{self.p1}'")
+
+    def options_of(self, algorithm: str) -> dict:
+        return dict(dict(self.algorithm_options).get(algorithm, ()))
 
     def key(self) -> dict:
         return attrs.asdict(self)
@@ -93,13 +98,9 @@ def tuning_for(alg, robot: Robot) -> dict:
     Entries are keyed by robot name and checked against the robot digest, so a
     robot that changed falls back to the defaults instead of a stale measurement.
     """
-    module = type(alg).__module__
-    pkg, _, mod = module.rpartition(".")
-    try:
-        res = importlib.resources.files(pkg or mod).joinpath(f"{mod}.tuning.json")
-        data = json.loads(res.read_text()) if res.is_file() else {}
-    except (ModuleNotFoundError, FileNotFoundError, json.JSONDecodeError):
-        data = {}
+    from .resources import load_tuning
+
+    data = load_tuning(alg)
     entry = data.get("robots", {}).get(robot.name, {})
     if entry and entry.get("digest", "")[:16] != robot.digest[:16]:
         return {}
@@ -365,24 +366,64 @@ def grid_data(robot: Robot, fields: list[GridDataField]) -> list:
 # -- assembly ------------------------------------------------------------------------
 
 
+class Composer:
+    """The layers of every selected algorithm for one robot, built on demand and shared:
+    the handle an orchestrator gets for another algorithm's inner (:meth:`layers`) is the
+    same object that emits that algorithm."""
+
+    def __init__(self, robot: Robot, opts: GenerateOptions, reg=None, max_threads: int = 32):
+        self.robot, self.opts, self.reg = robot, opts, reg or default_registry()
+        self.max_threads = max_threads
+        self._layers: dict = {}
+        self._stack: list[str] = []
+
+    def emitter(self, name: str):
+        alg = self.reg.algorithm(name)
+        if not alg.has_emitter():
+            raise CodegenError(f"algorithm '{name}' has no GPU emitter yet (reference only)")
+        return alg, alg.emitter(alg)
+
+    def plan(self, name: str) -> ArenaPlan:
+        return self.layers(name).plan
+
+    def layers(self, name: str) -> Layers:
+        if name in self._layers:
+            return self._layers[name]
+        if name in self._stack:
+            raise CodegenError(f"composition cycle: {' -> '.join(self._stack + [name])}")
+        self._stack.append(name)
+        try:
+            alg, em = self.emitter(name)
+            options = em.make_options(self.opts.options_of(name))
+            regions = Layers.regions(alg, self.robot, options, em, self.layers)
+            plan = select_rungs(alg.name, regions, alg.spill_rungs(self.robot, options), self.opts.target_shared_mem_bytes)
+            ctx = EmitContext(robot=self.robot, algorithm=alg, plan=plan, options=self.opts,
+                              tuning=tuning_for(alg, self.robot) if self.opts.tuning else {},
+                              max_perf_threads=self.max_threads, algorithm_options=options)
+            layers = self._layers[name] = Layers(ctx, em, self.layers)
+        finally:
+            self._stack.pop()
+        return layers
+
+
 def plan_arena(alg, robot: Robot, options: GenerateOptions) -> ArenaPlan:
-    return select_rungs(
-        alg.name, alg.arenas(robot, options), alg.spill_rungs(robot, options), options.target_shared_mem_bytes
-    )
+    """The arena plan of ``alg`` for ``robot`` (its I/O, XImats, own and composed scratch)."""
+    return Composer(robot, options).plan(alg.name)
 
 
 def _round_warp(x: int) -> int:
     return max(32, min(512, -(-x // 32) * 32))
 
 
-def generate(robot, algorithms=None, **options) -> str:
+def generate(robot, algorithms=None, *, registry=None, **options) -> str:
     """The header for ``robot`` and the selected algorithms (default: every one that emits).
 
-    Same inputs -> byte-identical output.
+    ``options`` are :class:`GenerateOptions`; ``registry`` another plugin registry than
+    the installed one (tests).  Same inputs -> byte-identical output.
     """
     robot = load_robot(robot)
     opts = GenerateOptions(**options)
-    reg = default_registry()
+    reg = registry or default_registry()
     selected = resolve_algorithms(algorithms, reg)
     for alg in selected:
         if not alg.has_emitter():
@@ -393,18 +434,11 @@ def generate(robot, algorithms=None, **options) -> str:
     fields: list[GridDataField] = []
     for e in emitters:
         fields.extend(e.grid_data_fields(robot))
+    composer = Composer(robot, opts, reg, max_threads)
     algo_nodes = []
-    for alg, em in zip(selected, emitters):
-        ctx = EmitContext(
-            robot=robot,
-            algorithm=alg,
-            plan=plan_arena(alg, robot, opts),
-            options=opts,
-            tuning=tuning_for(alg, robot) if opts.tuning else {},
-            max_perf_threads=max_threads,
-        )
+    for alg in selected:
         bar = "-" * max(4, 86 - len(alg.name))
-        algo_nodes += [n.Blank(), n.Comment(f"---- {alg.name} {bar}"), n.Blank(), *em.emit(ctx)]
+        algo_nodes += [n.Blank(), n.Comment(f"---- {alg.name} {bar}"), n.Blank(), *composer.layers(alg.name).emit()]
     body = [
         *robot_constants(robot),
         n.Blank(),
@@ -440,5 +474,5 @@ def generate(robot, algorithms=None, **options) -> str:
     return render(header)
 
 
-__all__ = ["GENERATOR_VERSION", "GenerateOptions", "generate", "resolve_algorithms", "plan_arena", "Tier",
+__all__ = ["GENERATOR_VERSION", "Composer", "GenerateOptions", "generate", "resolve_algorithms", "plan_arena", "Tier",
            "UnsupportedFeatureError"]

@@ -146,9 +146,14 @@ def render_record(record: dict) -> str:
 
 
 def load_tuning(alg) -> dict:
+    """The plugin's ``<module>.tuning.json`` (measured on the GPU), or {}: the one reader of
+    tuning files (the composer bakes entries of it into headers)."""
     pkg, _, mod = type(alg).__module__.rpartition(".")
-    path = Path(str(importlib.resources.files(pkg))) / f"{mod}.tuning.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    try:
+        res = importlib.resources.files(pkg or mod).joinpath(f"{mod}.tuning.json")
+        return json.loads(res.read_text()) if res.is_file() else {}
+    except (ModuleNotFoundError, FileNotFoundError, json.JSONDecodeError):
+        return {}
 
 
 def render_tuning(tuning: dict) -> str:

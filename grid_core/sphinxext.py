@@ -163,52 +163,36 @@ def format_signature(line: str, name_at: int, width: int = 88) -> str:
     return head + "\n" + "\n".join(lines)
 
 
-def header_signatures(header: str, name: str) -> list[tuple[str, str, str]]:
-    """The emitted layers of algorithm ``name`` in a printed header.
+def layer_signatures(robot, name: str) -> list[tuple[str, str, str]]:
+    """The emitted layers of algorithm ``name`` for ``robot``, from the layer generator's
+    signature nodes (never parsed back out of a printed header).
 
-    Returns ``(function, layer description, declaration)`` in header order; the
-    declaration carries the function's doc comment and template line.  The printer
-    writes every signature on one line starting with its execution-space qualifier.
+    Returns ``(function, layer description, declaration)`` in header order; the declaration
+    carries the function's doc comment and template line.
     """
-    suffixes = "|".join(re.escape(s) for s, _ in LAYERS if s)
-    pattern = re.compile(rf"\b{re.escape(name)}(?P<suffix>{suffixes})?\(")
+    from .composer import Composer, GenerateOptions
+    from .emit.nodes import Comment
+    from .emit.printer import render
+
+    layers = Composer(robot, GenerateOptions(), max_threads=0).layers(name)
     layer_doc = dict(LAYERS)
-    lines = header.splitlines()
     out = []
-    for i, line in enumerate(lines):
-        if not re.match(r"(?:__host__|__device__|__global__)\b", line) or not line.rstrip().endswith("{"):
+    for sig, doc in layers.declarations():
+        suffix = sig.name[len(name):]
+        if suffix not in layer_doc:
             continue
-        m = pattern.search(line)
-        if m is None:
-            continue
-        suffix = m.group("suffix") or ""
-        decl = [format_signature(line, m.start())]
-        j = i - 1
-        if j >= 0 and lines[j].startswith("template <"):
-            decl.insert(0, lines[j])
-            j -= 1
-        doc = []
-        while j >= 0 and lines[j].startswith("//"):
-            doc.insert(0, lines[j])
-            j -= 1
-        out.append((name + suffix, layer_doc[suffix], "\n".join(doc + decl)))
+        head = sig.head()
+        decl = ([render(Comment(doc)).rstrip("\n")] if doc else []) + ([sig.template_line()] if sig.template else [])
+        decl.append(format_signature(head, head.index(sig.name + "(")))
+        out.append((sig.name, layer_doc[suffix], "\n".join(decl)))
     return out
 
 
-def header_constants(header: str, name: str) -> list[str]:
-    """Declarations of the algorithm's sizing constants (``NAME_*``) in a printed header."""
-    pfx = re.escape(name.upper())
-    lines = header.splitlines()
-    out = []
-    for i, line in enumerate(lines):
-        m = re.match(rf"__host__ __device__ constexpr \w+ ({pfx}_\w+)\(\) \{{$", line)
-        if m:
-            tmpl = lines[i - 1] if i and lines[i - 1].startswith("template <") else ""
-            out.append((tmpl + " " if tmpl else "") + line[:-2].rstrip() + ";")
-            continue
-        if re.match(rf"static constexpr \w+ {pfx}_\w+ = .*;$", line):
-            out.append(line)
-    return out
+def layer_constants(robot, name: str) -> list[str]:
+    """Declarations of the algorithm's sizing constants (``NAME_*``), from the nodes."""
+    from .composer import Composer, GenerateOptions
+
+    return Composer(robot, GenerateOptions(), max_threads=0).layers(name).constants()
 
 
 # -- page sections ---------------------------------------------------------------------
@@ -261,7 +245,7 @@ def _signatures_section(alg, robot) -> list[str]:
 
     out = heading(f"Generated C++ ({robot.name})", "-")
     try:
-        header = generate(robot, [alg.name])
+        generate(robot, [alg.name])  # a robot it cannot handle says so here
     except GridError as exc:
         return out + [f"No header for ``{robot.name}``: {escape(str(exc).splitlines()[0])}", ""]
     deps = [a.name for a in resolve_algorithms([alg.name]) if a.name != alg.name]
@@ -271,11 +255,11 @@ def _signatures_section(alg, robot) -> list[str]:
         + ".  Every layer is a template on the scalar type ``T`` (``float`` or ``double``).",
         "",
     ]
-    sigs = header_signatures(header, alg.name)
+    sigs = layer_signatures(robot, alg.name)
     if sigs:
         out += list_table(["function", "layer"], [[literal(f), escape(d)] for f, d, _ in sigs], [30, 70])
         out += code_block("\n\n".join(s for _, _, s in sigs))
-    consts = header_constants(header, alg.name)
+    consts = layer_constants(robot, alg.name)
     if consts:
         out += [
             "Sizing constants (all derived from the arena plan below, so they cannot drift from the "

@@ -57,17 +57,15 @@ def _sum_expr(terms: list[tuple[str, int]], in_smem: bool) -> str:
     return " + ".join(parts) if parts else "0"
 
 
-def carve(plan: ArenaPlan, smem_base: str, ws_base: str, prefix: str = "s_") -> list:
-    """``T *s_R = R_IN_SMEM ? smem_base + off : ws_base + off;`` for each spillable region,
-    the offsets summed over the regions before it on the same side."""
+def carve_pairs(plan: ArenaPlan, smem_base: str, ws_base: str) -> list:
+    """``T *s_R`` (its shared-memory slot, or nullptr) and ``T *d_R`` (its workspace slot, or
+    nullptr) of each spillable region, as its flag places it: what an inner's placement takes."""
     stmts, before = [], []
     for r in spillable(plan):
-        off_s = _sum_expr(before, True)
-        off_w = _sum_expr(before, False)
-        stmts.append(
-            n.Stmt(f"T *{prefix}{r.name} = {flag(r.name)} ? {smem_base} + ({off_s}) : {ws_base} + ({off_w})")
-        )
-        before.append((flag(r.name), padded(r.elements)))
+        f = flag(r.name)
+        stmts.append(n.Stmt(f"T *s_{r.name} = {f} ? {smem_base} + ({_sum_expr(before, True)}) : nullptr"))
+        stmts.append(n.Stmt(f"T *d_{r.name} = {f} ? nullptr : {ws_base} + ({_sum_expr(before, False)})"))
+        before.append((f, padded(r.elements)))
     return stmts
 
 

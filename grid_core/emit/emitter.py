@@ -19,6 +19,7 @@ Naming and calling conventions every emitter follows (DESIGN §4, seeds 001/002)
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -41,17 +42,52 @@ class GridDataField:
 
 
 @attrs.frozen
+class LayerOptions:
+    """Knobs every emitted algorithm has; an emitter's ``Options`` subclasses this with its own
+    (RNEA's sweep form, ...).  Set per algorithm through ``generate(..., algorithm_options=
+    {"inverse_dynamics": {"p1": "bodies"}})``; part of the header's content, so of its cache key."""
+
+    per_state_min_blocks: int = 0
+    """Minimum resident blocks per SM asked of the per-state kernel (its launch bounds): trades
+    registers for occupancy.  0: the measured choice for the robot, else 1."""
+
+
+@attrs.frozen
 class EmitContext:
     robot: "Robot"
     algorithm: "Algorithm"
     plan: "ArenaPlan"
     options: Any
+    """The header's :class:`~grid_core.composer.GenerateOptions`."""
     tuning: dict
+    """Measured numbers for (algorithm, robot), read by the composer (``<module>.tuning.json``)."""
     max_perf_threads: int
+    algorithm_options: Any = None
+    """This algorithm's ``Emitter.Options`` instance."""
 
 
 class Emitter:
-    """Base class of an algorithm's code generator."""
+    """Base class of an algorithm's code generator: declarations and the math.
+
+    The layers (device, kernels, launchers, host wrapper) are written by
+    :class:`grid_core.emit.layers.Layers` from these declarations; an emitter supplies
+    :meth:`inner_body` (and :meth:`state_body` for a per-state layout) and nothing else.
+    """
+
+    Options = LayerOptions
+    global_inputs: tuple[str, ...] = ()
+    """State inputs the kernels read in place from global memory (not staged into the arena)."""
+    nullable_inputs: tuple[str, ...] | None = None
+    """State inputs whose null pointer the kernels accept (zero, or absent); None: the optional ports."""
+    needs_ximats: bool = True
+    """Whether the inner reads the transform data (s_XI), loaded once by whoever calls it."""
+    composes: tuple[str, ...] = ()
+    """Algorithms whose inners this one calls (through :meth:`Layers.compose`); each must be in
+    the algorithm's ``depends_on``."""
+    staged: bool = False
+    """Whether the per-state layout also gets the variant staged through shared memory."""
+    PER_STATE_THREADS = 128
+    DEFAULT_PER_STATE_MIN_N = 1
 
     def __init__(self, algorithm: "Algorithm"):
         self.algorithm = algorithm
@@ -60,23 +96,57 @@ class Emitter:
         """The widest useful parallel region of the block-cooperative layout."""
         return robot.num_bodies
 
+    def grid_data_names(self) -> dict[str, str]:
+        """gridData field of each output port, where it differs from the port's name."""
+        return {}
+
     def grid_data_fields(self, robot: "Robot") -> tuple[GridDataField, ...]:
         """Outputs this algorithm adds to ``gridData<T>``."""
-        return ()
+        names = self.grid_data_names()
+        return tuple(GridDataField(names.get(p.name, p.name), math.prod(p.shape), f"{self.algorithm.name}: {p.doc}")
+                     for p in self.algorithm.outputs(robot))
 
-    def emit(self, ctx: EmitContext) -> list:
+    def make_options(self, given: dict | None):
+        try:
+            return self.Options(**(given or {}))
+        except TypeError as exc:
+            fields = ", ".join(f.name for f in attrs.fields(self.Options))
+            raise PluginError(f"{self.algorithm.name}: bad algorithm option ({exc}); options: {fields}") from None
+
+    def min_blocks(self, ctx: EmitContext) -> int:
+        given = getattr(ctx.algorithm_options, "per_state_min_blocks", 0)
+        return int(given) if given else int(ctx.tuning.get("per_state_min_blocks", 1))
+
+    def inner_body(self, layers) -> list:
+        """The statements of ``X_inner`` after its placement: the block-cooperative math of
+        one state, on the arrays its signature names (``s_<port>``, ``s_XI``, ``s_<region>``
+        and the parts of grouped regions)."""
         raise NotImplementedError
+
+    def state_body(self, layers) -> list:
+        """The statements of ``X_state``: one state in one thread (not overridden: no
+        per-state layout)."""
+        raise NotImplementedError
+
+    def inner_doc(self, layers) -> str:
+        """Extra lines for the inner's comment (its variant, say)."""
+        return ""
 
     @classmethod
     def validate(cls, algorithm_cls, where: str) -> None:
         if not (isinstance(cls, type) and issubclass(cls, Emitter)):
             raise PluginError(f"{where}: 'emitter' must be a subclass of grid_core.emit.emitter.Emitter")
-        if cls.emit is Emitter.emit:
-            raise PluginError(f"{where}: emitter {cls.__qualname__} does not implement emit()")
+        if cls.inner_body is Emitter.inner_body:
+            raise PluginError(f"{where}: emitter {cls.__qualname__} does not implement inner_body()")
         if algorithm_cls.arenas is _base_arenas():
             raise PluginError(f"{where}: an algorithm that emits must declare its arenas()")
         if algorithm_cls.spill_rungs is _base_rungs():
             raise PluginError(f"{where}: an algorithm that emits must declare its spill_rungs()")
+        missing = [c for c in cls.composes if c not in algorithm_cls.depends_on]
+        if missing:
+            raise PluginError(f"{where}: emitter composes {missing}, not in the algorithm's depends_on")
+        if not (isinstance(cls.Options, type) and issubclass(cls.Options, LayerOptions) and attrs.has(cls.Options)):
+            raise PluginError(f"{where}: emitter Options must be an attrs class subclassing LayerOptions")
 
 
 def _base_arenas():

@@ -79,9 +79,12 @@ class Namespace:
 
 @attrs.frozen
 class Function:
-    """A function definition: ``template`` line (optional), ``signature``, body."""
+    """A function definition: ``template`` line (optional), ``signature``, body.
 
-    signature: str
+    ``signature`` is a :class:`~grid_core.emit.signature.Signature` (its template
+    included) or, for helpers no one calls by handle, the declaration's text."""
+
+    signature: object
     body: tuple = body_field()
     template: str = ""
     doc: str = ""
@@ -143,6 +146,8 @@ class Struct:
     template: str = ""
 
 
+from .signature import Call, Launch  # noqa: E402  (statements of the typed declarations)
+
 Node = Union[
-    Raw, Stmt, Comment, Blank, Block, Namespace, Function, For, BlockStrideLoop, If, Sync, ConstArray, Struct
+    Raw, Stmt, Comment, Blank, Block, Namespace, Function, For, BlockStrideLoop, If, Sync, ConstArray, Struct, Call, Launch
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from . import nodes as n
+from .signature import Call, Launch, Signature
 
 INDENT = "    "
 
@@ -92,9 +93,21 @@ class CudaPrinter:
     def print_Function(self, node: n.Function, depth, out):
         if node.doc:
             self.print_Comment(n.Comment(node.doc), depth, out)
-        if node.template:
-            self._line(depth, node.template, out)
-        self._braced(node.signature, node.body, depth, out)
+        sig = node.signature
+        if isinstance(sig, Signature):
+            template, head = sig.template_line(), sig.head()
+        else:
+            template, head = node.template, sig
+        if template:
+            self._line(depth, template, out)
+        self._braced(head, node.body, depth, out)
+
+    def print_Call(self, node: Call, depth, out):
+        text = node.expr() + ";"
+        self._line(depth, f"{text}  // {node.comment}" if node.comment else text, out)
+
+    def print_Launch(self, node: Launch, depth, out):
+        self._line(depth, node.text() + ";", out)
 
     def print_For(self, node: n.For, depth, out):
         self._braced(f"for ({node.init}; {node.cond}; {node.step})", node.body, depth, out)

@@ -239,3 +239,69 @@ def subspace_transpose_times(body: Body, f: Sequence[Scalar]) -> Scalar:
     a = [clean(x, ROTATION_TOL) for x in body.axis]
     part = f[:3] if body.jtype is not JointType.PRISMATIC else f[3:]
     return sum_terms(zip(a, part))
+
+
+# -- rigid-body inertias in ten parameters -----------------------------------------------
+#
+# A spatial inertia about a frame's origin is [[Ibar, h x], [-h x, m 1]] (Ibar about the
+# origin, h = m c): ten numbers (m, h, and Ibar's xx xy xz yy yz zz) instead of 36, and a sum
+# of rigid-body inertias (a composite inertia) is one again.
+
+
+def rbi_of(I: np.ndarray) -> list[float]:
+    """The ten parameters of a constant spatial inertia (6x6)."""
+    I = np.asarray(I)
+    return [clean(x) for x in (I[5, 5], I[2, 4], I[0, 5], I[1, 3], I[0, 0], I[0, 1], I[0, 2], I[1, 1], I[1, 2],
+                               I[2, 2])]
+
+
+def _sym(rbi) -> list[list[Scalar]]:
+    xx, xy, xz, yy, yz, zz = rbi[4:]
+    return [[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]]
+
+
+def rbi_add(a: Sequence[Scalar], b: Sequence[Scalar]) -> list[Scalar]:
+    return [sum_terms([(x,), (y,)]) for x, y in zip(a, b)]
+
+
+def rbi_transform(rbi: Sequence[Scalar], ET: Callable, r: Sequence[Scalar], scope: Scope) -> list[Scalar]:
+    """``X^T I X`` for ``X = plux(E, r)`` (parent -> child): the child's inertia in the parent
+    frame.  ``ET(v)`` applies ``E^T`` to a 3-vector.  With ``Eh = E^T h``:
+    ``h' = Eh + m r`` and ``Ibar' = E^T Ibar E - r x Eh x - h' x r x`` (RBDA eq. 2.66), where
+    ``a x b x = b a^T - (a . b) 1``."""
+    m, h, Ib = rbi[0], list(rbi[1:4]), _sym(rbi)
+    Eh = scope.let_all(ET(h), "Eh")
+    cols = [scope.let_all(ET([Ib[0][j], Ib[1][j], Ib[2][j]]), "EI") for j in range(3)]  # E^T Ibar
+    rows = [ET([cols[0][i], cols[1][i], cols[2][i]]) for i in range(3)]  # (E^T Ibar) E, by rows
+    pairs = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
+    if all(isinstance(x, float) and x == 0.0 for x in r):
+        return [m, *Eh, *[rows[i][j] for i, j in pairs]]
+    hA = scope.let_all([sum_terms([(Eh[k],), (m, r[k])]) for k in range(3)], "h")
+    rEh = sum_terms([(r[k], Eh[k]) for k in range(3)])
+    rhA = sum_terms([(r[k], hA[k]) for k in range(3)])
+    out = []
+    for i, j in pairs:
+        terms = [(rows[i][j],), (-1.0, Eh[i], r[j]), (-1.0, r[i], hA[j])]
+        if i == j:
+            terms += [(rEh,), (rhA,)]
+        out.append(sum_terms(terms))
+    return [m, *hA, *out]
+
+
+def rbi_times_motion(rbi: Sequence[Scalar], v: Sequence[Scalar]) -> list[Scalar]:
+    """``I v`` for ``v = [w; u]``: ``[Ibar w + h x u; m u - h x w]``."""
+    m, h, Ib = rbi[0], list(rbi[1:4]), _sym(rbi)
+    w, u = list(v[:3]), list(v[3:])
+    Iw = matvec(Ib, w)
+    hu, hw = cross(h, u), cross(h, w)
+    return ([sum_terms([(Iw[k],), (hu[k],)]) for k in range(3)]
+            + [sum_terms([(m, u[k]), (-1.0, hw[k])]) for k in range(3)])
+
+
+def inertia_to_parent(X: "Transform", rbi: Sequence[Scalar], scope: Scope) -> list[Scalar]:
+    """``X^T I X`` of a body's inertia, its transform applied without forming it (for an
+    axis-aligned revolute joint: the joint rotation, then the constant tree transform)."""
+    if X.kind == "general":
+        return [*scope.let_all(rbi_transform(rbi, lambda v: matTvec(X.E, v), X.r, scope), "IC")]
+    mid = scope.let_all(rbi_transform(rbi, lambda v: X._joint_rotate(v, True), [0.0, 0.0, 0.0], scope), "IJ")
+    return scope.let_all(rbi_transform(mid, lambda v: matTvec(X.E_t, v), X.r_t, scope), "IC")

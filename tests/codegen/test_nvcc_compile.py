@@ -1,6 +1,7 @@
-"""Level L3: every header the emulated tests prove compiles with nvcc for sm_90, every tier
-and both precisions instantiated, at rung 0 and with the deepest spill rung forced (both
-headers in one translation unit, in two namespaces)."""
+"""Level L3: every header the emulated tests prove compiles with nvcc for sm_90, every emitted
+algorithm's every tier and both precisions instantiated, at rung 0 and with the deepest spill
+rung forced (both headers in one translation unit, in two namespaces).  The calls are made
+from each layer's signature node (grid_core.emit.layers), so a new algorithm needs no edit here."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import subprocess
 import pytest
 
 from conftest import load
-from grid_core.composer import generate
+from grid_core.composer import Composer, GenerateOptions, generate
 from grid_core.resources import describe_kernel, parse_ptxas
 from grid_core.runtime.cuda import find_nvcc
-
-from .conftest import CODEGEN_ROBOTS
+from tests.generated import CODEGEN_ROBOTS, emitted
 
 DRIVER = """
 #include "rung0.cuh"
@@ -25,20 +25,36 @@ template void instantiate<float>();
 template void instantiate<double>();
 """
 
-CALLS = """    {ns}::inverse_dynamics_launch<T>(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0,
-                                         {ns}::LaunchConfig(), nullptr, 0, nullptr);
-    {ns}::inverse_dynamics<T, true, true>(nullptr, nullptr, {ns}::Gravity<T>(), 0, dim3(1), dim3(1), nullptr);
-    {ns}::inverse_dynamics<T, false, false>(nullptr, nullptr, {ns}::Gravity<T>(), 0, dim3(1), dim3(1), nullptr);"""
+
+def calls(robot, ns: str) -> tuple[list[str], dict[str, int]]:
+    """C++ calls of every algorithm's launcher and host wrapper (each template flag both ways),
+    and the number of per-state kernels each algorithm must then have."""
+    out, per_state = [], {}
+    composer = Composer(robot, GenerateOptions())
+    for name in emitted():
+        layers = composer.layers(name)
+        nulls = ", ".join(["nullptr"] * (len(layers.launch.params) - 5))
+        out.append(f"    {ns}::{name}_launch<T>({nulls}, 0, {ns}::LaunchConfig(), nullptr, 0, nullptr);")
+        host = getattr(layers, "host", None)
+        if host is not None:
+            params = ", ".join(["nullptr", "nullptr"] + [f"{ns}::Gravity<T>()"] * len(layers.params)
+                               + ["0", "dim3(1)", "dim3(1)", "nullptr"])
+            for flag in ("true", "false"):
+                targs = ", ".join(["T"] + [flag] * (len(host.template) - 1))
+                out.append(f"    {ns}::{name}<{targs}>({params});")
+        if layers.has_state:
+            per_state[name] = 2 * 2 ** len(layers.nullable)
+    return out, per_state
 
 
 @pytest.mark.parametrize("name", CODEGEN_ROBOTS)
 def test_headers_compile_for_sm90_at_every_tier(name, tmp_path):
     robot = load(name)
-    (tmp_path / "rung0.cuh").write_text(generate(robot, ["inverse_dynamics"], namespace="grid"))
-    (tmp_path / "spill.cuh").write_text(
-        generate(robot, ["inverse_dynamics"], namespace="grid_spill", target_shared_mem_bytes=0))
-    calls = "\n".join(CALLS.format(ns=ns) for ns in ("grid", "grid_spill"))
-    (tmp_path / "tu.cu").write_text(DRIVER.format(calls=calls))
+    (tmp_path / "rung0.cuh").write_text(generate(robot, emitted(), namespace="grid"))
+    (tmp_path / "spill.cuh").write_text(generate(robot, emitted(), namespace="grid_spill", target_shared_mem_bytes=0))
+    lines, per_state = calls(robot, "grid")
+    lines += calls(robot, "grid_spill")[0]
+    (tmp_path / "tu.cu").write_text(DRIVER.format(calls="\n".join(lines)))
     res = subprocess.run(
         [find_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v",
          "-c", "tu.cu", "-o", "tu.o"],
@@ -47,8 +63,10 @@ def test_headers_compile_for_sm90_at_every_tier(name, tmp_path):
     assert res.returncode == 0, res.stderr[-4000:]
     kernels = [describe_kernel(r["kernel"]) | {"demangled": r["kernel"]} for r in parse_ptxas(res.stdout + res.stderr)]
     for ns in ("grid", "grid_spill"):
-        tiers = {(k["T"], k["tier"]) for k in kernels if k.get("tier") and f" {ns}::" in f" {k['demangled']}"}
-        assert tiers == {(t, tier) for t in ("float", "double") for tier in ("SHARED", "LITE", "MINIMAL")}, ns
-        per_state = [k for k in kernels if k["name"] == "inverse_dynamics_per_state_kernel"
-                     and f" {ns}::" in f" {k['demangled']}"]
-        assert len(per_state) == 8, ns  # 2 precisions x (with/without qdd) x (with/without f_ext)
+        mine = [k for k in kernels if f" {ns}::" in f" {k['demangled']}"]
+        for alg in emitted():
+            tiers = {(k["T"], k["tier"]) for k in mine if k.get("tier") and k["name"] == f"{alg}_kernel"}
+            assert tiers == {(t, tier) for t in ("float", "double") for tier in ("SHARED", "LITE", "MINIMAL")}, \
+                (ns, alg)
+            if alg in per_state:  # 2 precisions x each combination of the nullable inputs
+                assert len([k for k in mine if k["name"] == f"{alg}_per_state_kernel"]) == per_state[alg], (ns, alg)

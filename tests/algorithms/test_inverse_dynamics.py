@@ -16,7 +16,7 @@ from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
 
-from .conftest import BACKENDS, CODEGEN_ROBOTS, backend, emulated
+from tests.generated import BACKENDS, CODEGEN_ROBOTS, backend, emulated
 
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 N = 6

@@ -1,0 +1,684 @@
+"""The layer generator: every layer of an algorithm, written from its declarations.
+
+An algorithm's emitter (:class:`~grid_core.emit.emitter.Emitter`) declares its ports
+(the :class:`~grid_core.algorithm.Algorithm`'s), its scratch arenas and spill rungs, which
+inputs it reads in place, which may be null, its per-algorithm options, and supplies the
+math: ``inner_body`` (block-cooperative, one state per block) and, where it has one,
+``state_body`` (one state per thread, straight-line code).  :class:`Layers` writes the rest,
+the same way for every algorithm (seeds 001/002):
+
+* ``X_inner<T, R_IN_SMEM...>``: the math, placement of each scratch region chosen at its top;
+* ``X_device<T, R_IN_SMEM...>``: the inline rung: carves ``s_temp`` / ``d_workspace`` by the
+  arena plan, loads XImats once (when the inner needs it), calls the inner;
+* ``X_kernel<T, RESOURCE_TIER>``: loads, per-tier dispatch with each rung's own flags,
+  grid-stride loop over the batch;
+* ``X_state`` / ``X_per_state_kernel`` (and ``X_per_state_staged_kernel`` on request);
+* ``X_resolve_layout``, the attribute opt-in, ``X_workspace_bytes``, ``X_launch_strided``,
+  ``X_launch`` (the C ABI's convention) and the host ``X(hd_data, ...)`` wrapper.
+
+Every offset comes from the :class:`~grid_core.arena.ArenaPlan`; every signature is a
+:class:`~grid_core.emit.signature.Signature`, and every call of one is checked against it.
+An orchestrator reaches another algorithm's inner through :meth:`Layers.compose` (the
+composer's handle): signature, plan, placement flags and preconditions, never a copy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import TYPE_CHECKING
+
+import attrs
+
+from ..arena import ArenaPlan, ArenaRegion, Tier, padded
+from ..errors import CodegenError
+from . import arena_emit
+from . import nodes as n
+from .signature import Call, Launch, Param, Signature, TemplateParam
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .emitter import EmitContext
+
+
+@attrs.frozen
+class ParamSpec:
+    """How a ``param`` port (one value for the whole batch) crosses the layers: ``ctype`` in
+    the kernels, built from the launcher's host pointer by ``from_host`` (``{h}`` is that
+    pointer, which may be null: the port's default)."""
+
+    port: str
+    ctype: str
+    from_host: str
+
+    def convert(self, host_pointer: str) -> str:
+        return self.from_host.format(h=host_pointer)
+
+
+GRAVITY = ParamSpec("gravity", "const Gravity<T>",
+                    "{h} == nullptr ? Gravity<T>() : Gravity<T>({h}[0], {h}[1], {h}[2])")
+"""Gravity in the world frame: 3 host values, or null for (0, 0, -9.81)."""
+
+PARAMS = {"gravity": GRAVITY}
+"""The param ports the generator knows, by name."""
+
+XI_REGION = "XI"
+
+
+def xi_region(robot) -> ArenaRegion:
+    from .spatial_steps import xi_size
+
+    return ArenaRegion(XI_REGION, xi_size(robot), "configuration-dependent transform data (loaded once per state)")
+
+
+def _size(port) -> int:
+    return math.prod(port.shape)
+
+
+def _flag(region: str) -> str:
+    return arena_emit.flag(region)
+
+
+class Layers:
+    """The layers of one algorithm for one robot (see the module docstring)."""
+
+    def __init__(self, ctx: "EmitContext", emitter, compose=None):
+        self.ctx = ctx
+        self.emitter = emitter
+        self.alg = ctx.algorithm
+        self.robot = ctx.robot
+        self.name = self.alg.name
+        self.pfx = self.name.upper()
+        self._compose = compose
+        ins, outs = tuple(self.alg.inputs(self.robot)), tuple(self.alg.outputs(self.robot))
+        self.outputs = outs
+        self.states = tuple(p for p in ins if p.kind == "state")
+        self.params = tuple(p for p in ins if p.kind == "param")
+        for p in ins:
+            if p.kind == "option":
+                raise CodegenError(f"{self.name}: the layer generator takes no 'option' ports ('{p.name}')")
+        for p in self.params:
+            if p.name not in PARAMS:
+                raise CodegenError(f"{self.name}: param port '{p.name}' has no ParamSpec (known: {', '.join(PARAMS)})")
+        state_names = {p.name for p in self.states}
+        self.global_inputs = tuple(emitter.global_inputs)
+        nullable = emitter.nullable_inputs
+        self.nullable = tuple(p.name for p in self.states if p.optional) if nullable is None else tuple(nullable)
+        for name in self.global_inputs + self.nullable:
+            if name not in state_names:
+                raise CodegenError(f"{self.name}: '{name}' is not a state input")
+        self.smem_inputs = tuple(p for p in self.states if p.name not in self.global_inputs)
+        self.callees = {name: compose(name) for name in emitter.composes} if emitter.composes else {}
+        for h in self.callees.values():
+            if h.needs_ximats and not emitter.needs_ximats:
+                raise CodegenError(f"{self.name}: composes {h.name}, whose inner needs XImats loaded: "
+                                   "set needs_ximats = True")
+        self.plan: ArenaPlan = ctx.plan
+        self.has_state = type(emitter).state_body is not _base_state_body()
+        self._sigs()
+
+    # -- declarations -------------------------------------------------------------
+
+    @staticmethod
+    def regions(alg, robot, options, emitter, compose) -> tuple[ArenaRegion, ...]:
+        """The whole arena of ``alg``: its ports' I/O regions (fixed), XI (when its inner
+        needs it), its own scratch regions, then those of the inners it composes."""
+        ins = alg.inputs(robot)
+        fixed = [ArenaRegion(p.name, _size(p), f"{p.doc} (kernel output)", spillable=False)
+                 for p in alg.outputs(robot)]
+        fixed += [ArenaRegion(p.name, _size(p), f"{p.doc} (kernel input)", spillable=False)
+                  for p in ins if p.kind == "state" and p.name not in emitter.global_inputs]
+        scratch = [xi_region(robot)] if emitter.needs_ximats else []
+        scratch += list(alg.arenas(robot, options))
+        for name in emitter.composes:
+            scratch += list(compose(name).scratch_regions)
+        seen: dict[str, str] = {}
+        for r in fixed + scratch:
+            if r.name in seen:
+                raise CodegenError(f"{alg.name}: arena region '{r.name}' declared twice (a composed inner's "
+                                   "scratch shares its name with one of this algorithm's)")
+            seen[r.name] = r.name
+        return tuple(fixed + scratch)
+
+    @property
+    def scratch_regions(self) -> tuple[ArenaRegion, ...]:
+        """The regions this algorithm's inner takes (placement flags), composed ones included."""
+        return tuple(r for r in self.plan.regions if r.spillable and r.name != XI_REGION)
+
+    @property
+    def needs_ximats(self) -> bool:
+        return bool(self.emitter.needs_ximats)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The inner's placement flags, in template order."""
+        return tuple(_flag(r.name) for r in self.scratch_regions)
+
+    def _param_params(self) -> list[Param]:
+        return [Param(PARAMS[p.name].ctype, p.name) for p in self.params]
+
+    def _sigs(self) -> None:
+        T = TemplateParam("typename", "T")
+        out_s = [Param("T *", f"s_{p.name}") for p in self.outputs]
+        in_s = [Param("const T *", f"s_{p.name}") if p.name not in self.global_inputs
+                else Param("const T *", p.name) for p in self.states]
+        inner_params = [*out_s, *in_s]
+        if self.needs_ximats:
+            inner_params.append(Param("const T *", "s_XI"))
+        for r in self.scratch_regions:
+            inner_params += [Param("T *", f"s_{r.name}"), Param("T *", f"d_{r.name}")]
+        inner_params += self._param_params()
+        self.inner = Signature(f"{self.name}_inner", inner_params, "__device__",
+                               template=[T, *[TemplateParam("bool", f, "true") for f in self.flags]])
+        dev_in = [Param("const T *", f"s_{p.name}") if p.name not in self.global_inputs
+                  else Param("const T *", f"d_{p.name}") for p in self.states]
+        self.device = Signature(
+            f"{self.name}_device",
+            [*out_s, *dev_in, Param("const robotModel<T> *", "d_robotModel"), *self._param_params(),
+             Param("T *", "s_temp", "nullptr"), Param("T *", "d_workspace", "nullptr")],
+            "__device__",
+            template=[T, *[TemplateParam("bool", _flag(r.name), "true") for r in arena_emit.spillable(self.plan)]])
+        k_in = []
+        for p in self.states:
+            k_in.append(Param("const T *", f"d_{p.name}"))
+            if p.name not in self.global_inputs:
+                k_in.append(Param("const int", f"stride_{p.name}"))
+        k_out = [Param("T *", f"d_{p.name}") for p in self.outputs]
+        self.kernel = Signature(
+            f"{self.name}_kernel",
+            [*k_out, *k_in, Param("const robotModel<T> *", "d_robotModel"), *self._param_params(),
+             Param("const int", "num_timesteps"), Param("T *", "d_workspace")],
+            "__global__", template=[T, TemplateParam("int", "RESOURCE_TIER", "TIER_SHARED")],
+            attributes="__launch_bounds__(tier_max_threads<RESOURCE_TIER>())")
+        use = [TemplateParam("bool", f"USE_{x.upper()}") for x in self.nullable]
+        self.use_defaults = [TemplateParam("bool", f"USE_{x.upper()}",
+                                           "false" if self._port(x).optional else "true") for x in self.nullable]
+        if self.has_state:
+            self.state = Signature(
+                f"{self.name}_state",
+                [*[Param("T *", p.name) for p in self.outputs], *[Param("const T *", p.name) for p in self.states],
+                 *self._param_params()],
+                "__device__ __forceinline__", template=[T, *self.use_defaults])
+            self.per_state_kernel = Signature(
+                f"{self.name}_per_state_kernel", [*k_out, *k_in, *self._param_params(), Param("const int", "num_timesteps")],
+                "__global__", template=[T, *use],
+                attributes=f"__launch_bounds__({self.pfx}_PER_STATE_THREADS, {self.pfx}_PER_STATE_MIN_BLOCKS)")
+            if self.emitter.staged:
+                self.staged_kernel = Signature(
+                    f"{self.name}_per_state_staged_kernel",
+                    [*k_out, *[Param("const T *", f"d_{p.name}") for p in self.states], *self._param_params(),
+                     Param("const int", "num_timesteps")],
+                    "__global__", template=[T, *use], attributes=f"__launch_bounds__({self.pfx}_PER_STATE_THREADS)")
+        cfg = [Param("const int", "num_timesteps"), Param("LaunchConfig", "cfg"), Param("T *", "d_workspace"),
+               Param("size_t", "workspace_bytes"), Param("cudaStream_t", "stream")]
+        self.launch_strided = Signature(f"{self.name}_launch_strided", [*k_out, *k_in, *self._param_params(), *cfg],
+                                        "__host__", "cudaError_t", template=[T])
+        self.launch = Signature(
+            f"{self.name}_launch",
+            [*k_out, *[Param("const T *", f"d_{p.name}") for p in self.states],
+             *[Param("const T *", f"h_{p.name}") for p in self.params], *cfg],
+            "__host__", "cudaError_t", template=[T])
+        self.workspace_bytes = Signature(
+            f"{self.name}_workspace_bytes", [Param("int", "num_timesteps"), Param("LaunchConfig", "cfg", "LaunchConfig()")],
+            "__host__", "size_t", template=[T])
+
+    def _port(self, name: str):
+        for p in self.states:
+            if p.name == name:
+                return p
+        raise CodegenError(f"{self.name}: no state input '{name}'")
+
+    # -- composition ---------------------------------------------------------------
+
+    def compose(self, name: str) -> "Layers":
+        """The handle of a composed algorithm's layers (declared in ``Emitter.composes``)."""
+        if name not in self.callees:
+            raise CodegenError(f"{self.name}: '{name}' is not among the inners it composes "
+                               f"(Emitter.composes = {tuple(self.emitter.composes)})")
+        return self.callees[name]
+
+    def call_inner(self, callee: "Layers", **args) -> Call:
+        """A call of ``callee``'s inner from this algorithm's inner: ``args`` name its data
+        (``s_tau="s_tau"``); XImats, the callee's scratch regions (with their placement flags
+        forwarded) and the params of the same name are handed over by the generator."""
+        full = dict(args)
+        if callee.needs_ximats:
+            full.setdefault("s_XI", "s_XI")
+        for r in callee.scratch_regions:
+            full.setdefault(f"s_{r.name}", f"s_{r.name}")
+            full.setdefault(f"d_{r.name}", f"d_{r.name}")
+        for p in callee.params:
+            full.setdefault(p.name, p.name)
+        template = {"T": "T", **{f: f for f in callee.flags}}
+        return callee.inner.call(full, template)
+
+    def call_state(self, callee: "Layers", template=None, **args) -> Call:
+        """A call of ``callee``'s per-state function (params of the same name handed over)."""
+        full = dict(args)
+        for p in callee.params:
+            full.setdefault(p.name, p.name)
+        return callee.state.call(full, {"T": "T", **(template or {})})
+
+    # -- the layers ----------------------------------------------------------------
+
+    def emit(self) -> list:
+        em = self.emitter
+        out = [*arena_emit.size_constants(self.plan, self.pfx)]
+        if self.has_state:
+            min_n = int(self.ctx.tuning.get("per_state_min_n", em.DEFAULT_PER_STATE_MIN_N))
+            source = "measured on the GPU" if "per_state_min_n" in self.ctx.tuning else "default, not yet measured"
+            out += [
+                n.Comment(f"Batches of at least this many states use the per-state layout ({source})."),
+                n.Stmt(f"static constexpr int {self.pfx}_PER_STATE_MIN_N = {min_n}"),
+                n.Stmt(f"static constexpr int {self.pfx}_PER_STATE_THREADS = {em.PER_STATE_THREADS}"),
+                n.Comment("Blocks per SM the per-state kernel's registers must allow (occupancy vs registers)."),
+                n.Stmt(f"static constexpr int {self.pfx}_PER_STATE_MIN_BLOCKS = {em.min_blocks(self.ctx)}"),
+            ]
+            if em.staged:
+                row = " + ".join(f"{_size(p)}" for p in (*self.smem_inputs, *self.outputs))
+                out += [
+                    n.Comment("Staged per-state kernel: values per state in shared memory (inputs and outputs),"),
+                    n.Comment("and its block size: the largest multiple of 32 up to the per-state one within the"),
+                    n.Comment("48 KB a block gets without opting in (0: too big to stage; the plain kernel runs)."),
+                    n.Stmt(f"static constexpr int {self.pfx}_STAGED_ROW = {row}"),
+                    n.Function(
+                        f"__host__ __device__ constexpr int {self.pfx}_STAGED_THREADS()",
+                        [n.Stmt(f"constexpr int fit = int(48 * 1024 / ({self.pfx}_STAGED_ROW * sizeof(T))) / 32 * 32"),
+                         n.Stmt(f"return fit < {self.pfx}_PER_STATE_THREADS ? fit : {self.pfx}_PER_STATE_THREADS")],
+                        template="template <typename T>"),
+                ]
+        out += [n.Blank(), self._inner_fn(), n.Blank(), self._device_fn(), n.Blank(), self._kernel_fn()]
+        if self.has_state:
+            out += [n.Blank(), self._state_fn(), n.Blank(), self._per_state_kernel_fn()]
+            if em.staged:
+                out += [n.Blank(), self._staged_kernel_fn()]
+        out += [n.Blank(), *self._launcher_fns()]
+        host = self._host_fn()
+        if host is not None:
+            out += [n.Blank(), host]
+        return out
+
+    def declarations(self) -> list[tuple[Signature, str]]:
+        """``(signature, doc)`` of every layer, in header order (what the docs print)."""
+        return [(x.signature, x.doc) for x in self.emit()
+                if isinstance(x, n.Function) and isinstance(x.signature, Signature)]
+
+    def constants(self) -> list[str]:
+        """Declarations of the sizing constants (``X_*``), in header order."""
+        from .printer import render
+
+        out = []
+        for x in self.emit():
+            if isinstance(x, n.Function) and isinstance(x.signature, str) and f" {self.pfx}_" in x.signature:
+                out.append((x.template + " " if x.template else "") + x.signature + ";")
+            elif isinstance(x, n.Stmt) and x.text.startswith(f"static constexpr int {self.pfx}_"):
+                out.append(render(x).strip())
+        return out
+
+    def _inner_fn(self) -> n.Function:
+        body: list = []
+        if self.scratch_regions:
+            body.append(n.Comment("placement, chosen here at the top (seed 001): then the body is unchanged"))
+        for r in self.scratch_regions:
+            f = _flag(r.name)
+            body.append(n.Raw(f"if constexpr (!{f}) {{ s_{r.name} = d_{r.name}; }} else {{ (void)d_{r.name}; }}"))
+        if self.needs_ximats:
+            body.append(n.Stmt("GRID_ASSERT(s_XI != nullptr)"))
+        for r in self.scratch_regions:  # grouped regions: their parts, at the plan's offsets
+            for part, off in r.part_offsets():
+                body.append(n.Stmt(f"T *s_{part} = s_{r.name} + {off}"))
+        body += self.emitter.inner_body(self)
+        own = ", ".join(f"{r.name} ({r.elements})" for r in self.scratch_regions) or "none"
+        doc = (f"{self.alg.summary}: one state, block-cooperative (any block size).\n"
+               + ("Assumes s_XI loaded (load_update_XImats) and the inputs visible to the block.\n"
+                  if self.needs_ximats else "Assumes the inputs visible to the block.\n")
+               + f"Owns the placement of its scratch: {own} scalars, each in s_ (shared) or d_ (global)\n"
+               "as its flag says.  Writes the s_ outputs; the caller syncs.")
+        extra = self.emitter.inner_doc(self)
+        return n.Function(self.inner, body, doc=doc + (f"\n{extra}" if extra else ""))
+
+    def _device_fn(self) -> n.Function:
+        plan = self.plan
+        flags = [_flag(r.name) for r in arena_emit.spillable(plan)]
+        body: list = [
+            n.Stmt("(void)d_robotModel"),
+            n.If("s_temp == nullptr", [
+                n.Comment("simple wrapper: the scratch is the dynamic shared-memory arena"),
+                n.Stmt("GRID_DYNAMIC_SMEM(grid_smem)"),
+                n.Stmt("s_temp = reinterpret_cast<T *>(grid_smem)"),
+                n.Stmt(f"GRID_ARENA_ASSERT(({self.pfx}_DEVICE_SMEM_BYTES<T{''.join(', ' + f for f in flags)}>()))"),
+            ]),
+            n.Comment("every scratch region's slot, by the arena plan and the placement flags"),
+            *arena_emit.carve_pairs(plan, "s_temp", "d_workspace"),
+        ]
+        if self.needs_ximats:
+            body += [
+                n.Comment("XImats: loaded once here, handed to the inner (and to every inner it composes)"),
+                n.Raw(f"if constexpr (!{_flag(XI_REGION)}) {{ s_XI = d_XI; }}"),
+                n.Stmt("load_update_XImats<T>(s_XI, s_q)"),
+                n.Sync(),
+            ]
+        args = {p.name: p.name for p in self.inner.params}
+        for p in self.states:
+            if p.name in self.global_inputs:
+                args[p.name] = f"d_{p.name}"
+        body.append(self.inner.call(args, {"T": "T", **{f: f for f in self.flags}}))
+        pfx = self.pfx
+        doc = (f"{self.alg.summary}: one state inside your own kernel (the inline rung).\n"
+               "Inputs s_ in shared memory (global inputs d_: this state's slice, or nullptr where\n"
+               "allowed); s_ outputs written (sync before reading).  Scratch: s_temp / d_workspace\n"
+               f"sized by {pfx}_DEVICE_{{SMEM,WORKSPACE}}_BYTES for the flags; with s_temp == nullptr it\n"
+               f"takes the dynamic shared-memory arena, which must hold {pfx}_DEVICE_DYNAMIC_SHARED_MEM_BYTES<T>().")
+        return n.Function(self.device, body, doc=doc)
+
+    def _fixed_pointers(self, base: str) -> list:
+        """``T *s_R = base + offset`` of the fixed (input and output) regions, from the plan."""
+        rung0 = self.plan.rungs[0]
+        placed = self.plan.placements(rung0)
+        return [n.Stmt(f"T *s_{r.name} = {base} + {placed[r.name].offset}") for r in arena_emit.fixed(self.plan)]
+
+    def _kernel_fn(self) -> n.Function:
+        plan = self.plan
+        loads = []
+        for p in self.smem_inputs:
+            src = f"d_{p.name}[k * stride_{p.name} + i]"
+            if p.name in self.nullable:
+                src = f"d_{p.name} == nullptr ? T(0) : {src}"
+            loads.append(n.BlockStrideLoop("i", str(_size(p)), [n.Stmt(f"s_{p.name}[i] = {src}")]))
+        dispatch = []
+        args = {p.name: p.name for p in self.device.params}
+        for p in self.states:
+            if p.name in self.global_inputs:
+                slot = f"&d_{p.name}[size_t(k) * {_size(p)}]"
+                args[f"d_{p.name}"] = f"d_{p.name} == nullptr ? nullptr : {slot}" if p.name in self.nullable else slot
+        args["s_temp"], args["d_workspace"] = "s_temp", "d_ws"
+        for tier in Tier:
+            rung = plan.rung(tier)
+            flags = {_flag(r.name): "true" if plan.in_smem(rung, r.name) else "false"
+                     for r in arena_emit.spillable(plan)}
+            dispatch.append(n.If(f"RESOURCE_TIER == {tier.cpp}", [self.device.call(args, {"T": "T", **flags})],
+                                 constexpr=True))
+        stores = [n.BlockStrideLoop("i", str(_size(p)), [n.Stmt(f"d_{p.name}[size_t(k) * {_size(p)} + i] = s_{p.name}[i]")])
+                  for p in self.outputs]
+        body = [
+            n.Stmt("GRID_DYNAMIC_SMEM(grid_smem)"),
+            n.Stmt("T *s_arena = reinterpret_cast<T *>(grid_smem)"),
+            n.Stmt(f"GRID_ARENA_ASSERT(({self.pfx}_SMEM_BYTES<T, RESOURCE_TIER>()))"),
+            *self._fixed_pointers("s_arena"),
+            n.Stmt(f"T *s_temp = s_arena + {arena_emit.fixed_elements(plan)}"),
+            n.Stmt(f"T *d_ws = d_workspace == nullptr ? nullptr : d_workspace + blockIdx.x * "
+                   f"({self.pfx}_WORKSPACE_BYTES<T, RESOURCE_TIER>() / sizeof(T))"),
+            n.For("int k = blockIdx.x", "k < num_timesteps", "k += gridDim.x",
+                  [*loads, n.Sync(), *dispatch, n.Sync(), *stores]),
+        ]
+        return n.Function(self.kernel, body, doc=(
+            "Block-cooperative layout: one block per state, grid-stride over the batch.  The tier\n"
+            "picks launch bounds and the rung (placement flags) planned for this robot."))
+
+    # -- per-state layout --------------------------------------------------------------
+
+    def _state_fn(self) -> n.Function:
+        doc = (f"{self.alg.summary}: one state in one thread, straight-line code, robot constants\n"
+               "folded (the per-state layout).  Pointers may point anywhere; no shared memory.")
+        return n.Function(self.state, self.emitter.state_body(self), doc=doc)
+
+    def _state_args(self, index: str, staged: bool = False) -> dict:
+        args = {}
+        for p in self.outputs:
+            args[p.name] = f"&s_{p.name}[t * {_size(p)}]" if staged else f"&d_{p.name}[size_t({index}) * {_size(p)}]"
+        for p in self.states:
+            if staged and p.name not in self.global_inputs:
+                ptr = f"&s_{p.name}[t * {_size(p)}]"
+            elif p.name in self.global_inputs or staged:
+                ptr = f"&d_{p.name}[size_t({index}) * {_size(p)}]"
+            else:
+                ptr = f"&d_{p.name}[size_t({index}) * stride_{p.name}]"
+            args[p.name] = f"USE_{p.name.upper()} ? {ptr} : nullptr" if p.name in self.nullable else ptr
+        for p in self.params:
+            args[p.name] = p.name
+        return args
+
+    def _use_template(self) -> dict:
+        return {"T": "T", **{f"USE_{x.upper()}": f"USE_{x.upper()}" for x in self.nullable}}
+
+    def _per_state_kernel_fn(self) -> n.Function:
+        call = self.state.call(self._state_args("k"), self._use_template())
+        return n.Function(self.per_state_kernel, [
+            n.For("int k = blockIdx.x * blockDim.x + threadIdx.x", "k < num_timesteps",
+                  "k += gridDim.x * blockDim.x", [call])],
+            doc="Per-state layout: one thread per state, grid-stride over the batch.")
+
+    def _share_of(self, stmt: str, size: int, name: str) -> list:
+        """``stmt`` for this thread's share of a block's ``count * size`` values: value
+        ``i = threadIdx.x + j * blockDim.x`` for every ``j`` below ``size``, unrolled."""
+        loop = [n.Raw("#pragma unroll"),
+                n.For("int j = 0", f"j < {size}", "++j", [n.Stmt("const int i = threadIdx.x + j * blockDim.x"),
+                                                          n.If(f"i < count * {size}", [n.Stmt(stmt)])])]
+        return [n.If(f"USE_{name.upper()}", loop, constexpr=True)] if name in self.nullable else loop
+
+    def _staged_kernel_fn(self) -> n.Function:
+        staged = [*self.smem_inputs, *self.outputs]
+        carve, prev = [], "reinterpret_cast<T *>(smem)"
+        for k, p in enumerate(staged):
+            carve.append(n.Stmt(f"T *s_{p.name} = {prev}"))
+            prev = f"s_{p.name} + blockDim.x * {_size(p)}"
+        regs = ", ".join(f"r_{p.name}[{_size(p)}]" for p in self.smem_inputs)
+        stage = [
+            n.Stmt("const int count = num_timesteps - base < int(blockDim.x) ? num_timesteps - base : int(blockDim.x)"),
+            n.Comment("every thread issues all its loads before any store to shared memory, so they are in"),
+            n.Comment("flight together (one bus round trip, not one per value, when the inputs are host memory)"),
+            *([n.Stmt(f"T {regs}")] if regs else []),
+            *[x for p in self.smem_inputs
+              for x in self._share_of(f"r_{p.name}[j] = d_{p.name}[size_t(base) * {_size(p)} + i]", _size(p), p.name)],
+            *[x for p in self.smem_inputs for x in self._share_of(f"s_{p.name}[i] = r_{p.name}[j]", _size(p), p.name)],
+            n.Stmt("__syncthreads()"),
+            n.If("int(threadIdx.x) < count", [
+                n.Stmt("const int t = threadIdx.x"),
+                self.state.call(self._state_args("base + t", staged=True), self._use_template())]),
+            n.Stmt("__syncthreads()"),
+            n.Comment("no sync after the store: the next round's loads write only the staged inputs, and its"),
+            n.Comment("compute (which writes the outputs) waits at a sync every thread reaches after this loop"),
+            *[n.For("int i = threadIdx.x", f"i < count * {_size(p)}", "i += blockDim.x",
+                    [n.Stmt(f"d_{p.name}[size_t(base) * {_size(p)} + i] = s_{p.name}[i]")]) for p in self.outputs],
+        ]
+        return n.Function(self.staged_kernel, [
+            n.Stmt("GRID_DYNAMIC_SMEM(smem)"), *carve,
+            n.Comment("the loop bound is uniform over the block: every thread reaches every sync"),
+            n.For("int base = blockIdx.x * blockDim.x", "base < num_timesteps", "base += gridDim.x * blockDim.x",
+                  stage)], doc=(
+            "Per-state layout with the block's states staged through shared memory: every global\n"
+            "load and store of the staged inputs and the outputs is coalesced.  For arrays in mapped\n"
+            "host memory (LaunchConfig::stage_io), where each uncoalesced access crosses the bus;\n"
+            "inputs read in place stay in place."))
+
+    # -- host layer ------------------------------------------------------------------
+
+    def _ws(self, tier: str) -> str:
+        return f"{self.pfx}_WORKSPACE_BYTES<T, {tier}>()"
+
+    def _combos(self):
+        """Every (condition, template arguments) of the nullable inputs' compile-time flags."""
+        out = []
+        for bits in itertools.product((True, False), repeat=len(self.nullable)):
+            cond = " && ".join(("" if b else "!") + f"use_{x}" for x, b in zip(self.nullable, bits))
+            out.append((cond, {f"USE_{x.upper()}": "true" if b else "false" for x, b in zip(self.nullable, bits)}))
+        return out
+
+    def _launcher_fns(self) -> list:
+        name, pfx = self.name, self.pfx
+        resolve = n.Function(
+            f"__host__ int {name}_resolve_layout(int num_timesteps, int layout)",
+            [n.Stmt("if (layout != LAYOUT_AUTO) return layout"),
+             n.Stmt(f"return num_timesteps >= {pfx}_PER_STATE_MIN_N ? LAYOUT_PER_STATE : LAYOUT_BLOCK"
+                    if self.has_state else "return LAYOUT_BLOCK")],
+            doc="The layout for a batch: the crossover measured on the GPU decides LAYOUT_AUTO.")
+        attr = n.Function(
+            f"__host__ cudaError_t init_grid_kernel_attr_{name}_checked()",
+            [n.Stmt("const int cap = grid_get_max_dynamic_shared_memory_bytes()"),
+             *[n.Block("", [
+                 n.Stmt(f"const size_t bytes = {pfx}_SMEM_BYTES<T, {t.cpp}>()"),
+                 n.If("bytes > size_t(cap)", [n.Stmt("return cudaErrorInvalidValue")]),
+                 n.Stmt(f"cudaError_t err = cudaFuncSetAttribute({name}_kernel<T, {t.cpp}>, "
+                        "cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes))"),
+                 n.If("err != cudaSuccess", [n.Stmt("return err")])]) for t in Tier],
+             n.Stmt("return cudaSuccess")],
+            template="template <typename T>",
+            doc="Opts every tier's kernel into the shared memory it needs, checked against the queried\n"
+                "cap (cudaErrorInvalidValue when a rung does not fit this device).")
+        per_tier = "0"
+        for t in reversed(list(Tier)):
+            per_tier = self._ws(t.cpp) if per_tier == "0" else f"(cfg.tier == {t.cpp} ? {self._ws(t.cpp)} : {per_tier})"
+        ws = n.Function(self.workspace_bytes, [
+            n.If(f"{name}_resolve_layout(num_timesteps, cfg.layout) == LAYOUT_PER_STATE", [n.Stmt("return 0")]),
+            n.Stmt("int blocks = cfg.blocks > 0 ? cfg.blocks : num_timesteps"),
+            n.Stmt("blocks = blocks < MAX_WORKSPACE_BLOCKS ? blocks : MAX_WORKSPACE_BLOCKS"),
+            n.Stmt(f"const size_t per_block = {per_tier}"),
+            n.Stmt("return per_block * size_t(blocks)")],
+            doc="Global workspace a launch of this batch and config needs (0 for most tiers).")
+        kargs = {p.name: p.name for p in self.kernel.params}
+        kargs["d_robotModel"] = "(const robotModel<T> *)nullptr"
+        tiers = []
+        for t in Tier:
+            tiers.append(n.If(f"cfg.tier == {t.cpp}", [
+                n.Stmt(f"constexpr size_t smem = {pfx}_SMEM_BYTES<T, {t.cpp}>()"),
+                n.If(f"threads > tier_max_threads<{t.cpp}>()", [n.Stmt("return cudaErrorInvalidValue")]),
+                n.If(f"{self._ws(t.cpp)} > 0", [
+                    n.Stmt("blocks = blocks < MAX_WORKSPACE_BLOCKS ? blocks : MAX_WORKSPACE_BLOCKS"),
+                    n.If(f"d_workspace == nullptr || workspace_bytes < size_t(blocks) * {self._ws(t.cpp)}",
+                         [n.Stmt("return cudaErrorInvalidValue")])]),
+                Launch(self.kernel.call(kargs, ["T", t.cpp]), "blocks", "threads", "smem"),
+                n.Stmt("return cudaPeekAtLastError()")]))
+        body: list = [n.If("num_timesteps <= 0", [n.Stmt("return cudaSuccess")])]
+        if self.nullable:
+            body += [n.Stmt(f"const bool use_{x} = d_{x} != nullptr") for x in self.nullable]
+        if self.has_state:
+            pargs = {p.name: p.name for p in self.per_state_kernel.params}
+            per_state = [n.If(cond or "true", [Launch(self.per_state_kernel.call(pargs, {"T": "T", **t}),
+                                                      "blocks", "threads")]) for cond, t in self._combos()]
+            branch: list = []
+            if self.emitter.staged:
+                natural = " && ".join(f"stride_{p.name} == {_size(p)}" for p in self.smem_inputs) or "true"
+                sargs = {p.name: p.name for p in self.staged_kernel.params}
+                staged = [n.If(cond or "true", [Launch(self.staged_kernel.call(sargs, {"T": "T", **t}),
+                                                       "blocks", "threads", "smem")]) for cond, t in self._combos()]
+                branch.append(n.If(
+                    f"cfg.stage_io && {natural} && {pfx}_STAGED_THREADS<T>() > 0 && "
+                    f"cfg.threads <= {pfx}_STAGED_THREADS<T>()", [
+                        n.Comment("a hint: a robot too big to stage, or a block size over the staged one, runs "
+                                  "the plain kernel"),
+                        n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_STAGED_THREADS<T>()"),
+                        n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
+                        n.Stmt(f"const size_t smem = size_t(threads) * {pfx}_STAGED_ROW * sizeof(T)"),
+                        *staged, n.Stmt("return cudaPeekAtLastError()")]))
+            body.append(n.If(f"{name}_resolve_layout(num_timesteps, cfg.layout) == LAYOUT_PER_STATE", [
+                *branch,
+                n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_THREADS"),
+                n.If(f"threads > {pfx}_PER_STATE_THREADS", [n.Stmt("return cudaErrorInvalidValue")]),
+                n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
+                *per_state,
+                n.Stmt("return cudaPeekAtLastError()")]))
+        else:
+            body.append(n.If("cfg.layout == LAYOUT_PER_STATE", [n.Stmt("return cudaErrorInvalidValue")]))
+        body += [
+            n.Stmt(f"static const cudaError_t attr = init_grid_kernel_attr_{name}_checked<T>()"),
+            n.If("attr != cudaSuccess", [n.Stmt("return attr")]),
+            n.Stmt("const int threads = cfg.threads > 0 ? cfg.threads : MAX_PERF_LEVEL_THREADS"),
+            n.Stmt("int blocks = cfg.blocks > 0 ? cfg.blocks : num_timesteps"),
+            *tiers,
+            n.Stmt("return cudaErrorInvalidValue"),
+        ]
+        strided = n.Function(self.launch_strided, body, doc=(
+            "Device pointers in and out, each state input with its stride (values between states);\n"
+            "outputs contiguous.  A null input where allowed is zero (or absent).  Asynchronous on stream."))
+        largs = {p.name: p.name for p in self.launch_strided.params}
+        for p in self.smem_inputs:
+            largs[f"stride_{p.name}"] = str(_size(p))
+        for p in self.params:
+            largs[p.name] = PARAMS[p.name].convert(f"h_{p.name}")
+        plain = n.Function(self.launch, [n.Stmt(f"return {self.launch_strided.call(largs, ['T']).expr()}")], doc=(
+            "The launch convention of the C ABI (grid_core.emit.emitter): outputs, inputs, params (host\n"
+            "values or nullptr for the default), then the batch, the config and the workspace.  Device\n"
+            "pointers, contiguous (N, ...) arrays; a null input where allowed is zero or absent."))
+        return [resolve, attr, ws, strided, plain]
+
+    def _host_fn(self) -> n.Function | None:
+        """``X(hd_data, ...)``: the gridData wrapper, for algorithms whose state inputs are among
+        q, qd, a third nv-vector (qdd or tau) and f_ext (gridData's input buffers)."""
+        names = [p.name for p in self.states]
+        third = names[2] if len(names) > 2 and names[2] != "f_ext" else None
+        known = {"q", "qd", "f_ext"} | ({third} if third else set())
+        if not names or names[0] != "q" or any(x not in known for x in names) or \
+                (len(names) > 1 and names[1] not in ("qd", "f_ext")):
+            return None
+        fields = self.emitter.grid_data_names()
+        template = [TemplateParam("typename", "T")]
+        third_flag = None
+        if third is not None and third in self.nullable:
+            third_flag = f"USE_{third.upper()}_FLAG"
+            template.append(TemplateParam("bool", third_flag, "false"))
+        template.append(TemplateParam("bool", "USE_COMPRESSED_MEM", "false"))
+        sig = Signature(self.name, [
+            Param("gridData<T> *", "hd_data"), Param("const robotModel<T> *", "d_robotModel"),
+            *[Param(PARAMS[p.name].ctype, p.name) for p in self.params], Param("const int", "num_timesteps"),
+            Param("const dim3", "block_dimms"), Param("const dim3", "thread_dimms"), Param("cudaStream_t *", "streams")],
+            "__host__", template=template)
+        self.host = sig
+        use_third = third_flag or "true"
+        body: list = [
+            n.Comment("inputs: [q | qd] (+ the third apart) when compressed, else [q | qd | third]"),
+            n.Stmt("constexpr int stride = USE_COMPRESSED_MEM ? NUM_POS + NUM_VEL : NUM_POS + 2 * NUM_VEL"),
+            n.Stmt("T *h_in = USE_COMPRESSED_MEM ? hd_data->h_q_qd : hd_data->h_q_qd_u"),
+            n.Stmt("T *d_in = USE_COMPRESSED_MEM ? hd_data->d_q_qd : hd_data->d_q_qd_u"),
+            n.Stmt("gpuErrchk(cudaMemcpyAsync(d_in, h_in, size_t(stride) * num_timesteps * sizeof(T), "
+                   "cudaMemcpyHostToDevice, streams[0]))"),
+        ]
+        if third:
+            body.append(n.If(f"{use_third} && USE_COMPRESSED_MEM", [
+                n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_qdd, hd_data->h_qdd, size_t(NUM_VEL) * num_timesteps "
+                       "* sizeof(T), cudaMemcpyHostToDevice, streams[1]))")], constexpr=True))
+        if "f_ext" in names:
+            body.append(n.If("hd_data->use_f_ext", [
+                n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_f_ext, hd_data->h_f_ext, size_t(6 * NUM_BODIES) * "
+                       "num_timesteps * sizeof(T), cudaMemcpyHostToDevice, streams[2]))")]))
+        body += [
+            n.Stmt("gpuErrchk(cudaDeviceSynchronize())"),
+            n.Stmt("LaunchConfig cfg"),
+            n.If(f"{self.name}_resolve_layout(num_timesteps, LAYOUT_AUTO) == LAYOUT_BLOCK",
+                 [n.Stmt("cfg.layout = LAYOUT_BLOCK"), n.Stmt("cfg.blocks = int(block_dimms.x)"),
+                  n.Stmt("cfg.threads = int(thread_dimms.x * thread_dimms.y)")], [n.Stmt("cfg.layout = LAYOUT_PER_STATE")]),
+            n.Stmt(f"gpuErrchk(grid_ensure_workspace(hd_data, {self.workspace_bytes.name}<T>(num_timesteps, cfg)))"),
+        ]
+        args = {p.name: p.name for p in self.launch_strided.params}
+        for p in self.outputs:
+            args[f"d_{p.name}"] = f"hd_data->d_{fields.get(p.name, p.name)}"
+        args["d_q"], args["stride_q"] = "d_in", "stride"
+        if "qd" in names:
+            args["d_qd"], args["stride_qd"] = "d_in + NUM_POS", "stride"
+        if third:
+            args[f"d_{third}"] = (f"!{use_third} ? nullptr : (USE_COMPRESSED_MEM ? hd_data->d_qdd : "
+                                  "d_in + NUM_POS + NUM_VEL)")
+            args[f"stride_{third}"] = "USE_COMPRESSED_MEM ? NUM_VEL : stride"
+        if "f_ext" in names:
+            args["d_f_ext"] = "hd_data->use_f_ext ? hd_data->d_f_ext : nullptr"
+        args.update({"d_workspace": "hd_data->d_workspace", "workspace_bytes": "hd_data->workspace_bytes",
+                     "stream": "streams[0]"})
+        body += [n.Stmt(f"gpuErrchk({self.launch_strided.call(args, ['T']).expr()})"),
+                 n.Stmt("gpuErrchk(cudaDeviceSynchronize())")]
+        for p in self.outputs:
+            f = fields.get(p.name, p.name)
+            body.append(n.Stmt(f"gpuErrchk(cudaMemcpy(hd_data->h_{f}, hd_data->d_{f}, size_t({_size(p)}) * "
+                               "num_timesteps * sizeof(T), cudaMemcpyDeviceToHost))"))
+        outs = ", ".join(f"hd_data->h_{fields.get(p.name, p.name)}" for p in self.outputs)
+        doc = (f"Host layer: copies the inputs of hd_data to the device, launches, copies the results\n"
+               f"back into {outs}.  USE_COMPRESSED_MEM: inputs in h_q_qd (and h_qdd), else h_q_qd_u."
+               + (f"\n{third_flag}: read the {third} input (else zero)." if third_flag else "")
+               + "\nBlock-layout batches run with the given block and thread dims.")
+        return n.Function(sig, body, doc=doc)
+
+
+def _base_state_body():
+    from .emitter import Emitter
+
+    return Emitter.state_body
+
+
+__all__ = ["GRAVITY", "Layers", "PARAMS", "ParamSpec", "XI_REGION", "padded", "xi_region"]

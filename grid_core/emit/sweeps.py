@@ -1,0 +1,110 @@
+"""Shared sweep drivers: the schedules of tree recursions, for every algorithm.
+
+An algorithm supplies its per-body (or per-item) steps as functions writing straight-line
+code into a :class:`~grid_core.emit.expr.Scope`; these drivers schedule them:
+
+* :func:`forward` (root to leaves) and :func:`backward_gather` (leaves to root, each parent
+  gathering its children: no atomics, a fixed order), block-cooperative, by levels (P1: the
+  bodies of a level in parallel, one warp each, one barrier per level) or by bodies (one
+  body per step: the A/B alternative, and what a chain reduces to);
+* :func:`fan_out`: independent items (dofs, columns, pairs) one thread each;
+* :func:`depth_first`: the per-state layout's register schedule, each subtree's backward
+  step taken as soon as the subtree is complete, so only the current root path stays live.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from ..model import Robot
+from . import nodes as n
+from .emitter import LayerOptions
+from .expr import Scope
+
+SWEEP_FORMS = ("levels", "bodies")
+
+Step = Callable[..., None]
+"""``step(scope, *args)`` appends one item's statements to ``scope``."""
+
+
+def _one(step: Step, *args) -> list:
+    scope = Scope("t")
+    step(scope, *args)
+    return scope.body()
+
+
+def _switch(items: Sequence, step: Step, per_warp: bool, unpack: bool = False) -> list:
+    cases = [n.Block(f"case {k}:", [*(_one(step, *item) if unpack else _one(step, item)), n.Stmt("break")])
+             for k, item in enumerate(items)]
+    return [n.BlockStrideLoop("k", len(items), [n.Block("switch (k)", cases)], per_warp=per_warp)]
+
+
+def _check(form: str) -> None:
+    if form not in SWEEP_FORMS:
+        raise ValueError(f"sweep form must be one of {', '.join(SWEEP_FORMS)}, not '{form}'")
+
+
+def forward(robot: Robot, step: Step, form: str) -> list:
+    """``step(scope, body)`` for every body, parents before children."""
+    _check(form)
+    out: list = []
+    if form == "bodies":
+        for b in robot.bodies:
+            out += [n.If("GRID_TID == 0", _one(step, b)), n.Sync()]
+        return out
+    for d, level in enumerate(robot.topology.levels):
+        out += [n.Comment(f"level {d}: bodies {list(level)}, one warp each"),
+                *_switch([robot.bodies[b] for b in level], step, per_warp=True), n.Sync()]
+    return out
+
+
+def backward_gather(robot: Robot, step: Step, form: str) -> list:
+    """``step(scope, parent, children)`` for every body with children, children first."""
+    _check(form)
+    topo = robot.topology
+    out: list = []
+    if form == "bodies":
+        for b in reversed(robot.bodies):
+            if b.parent >= 0:
+                out += [n.If("GRID_TID == 0", _one(step, b.parent, [b.index])), n.Sync()]
+        return out
+    for d in reversed(range(topo.num_levels - 1)):
+        parents = [p for p in topo.levels[d] if topo.children[p]]
+        out += [n.Comment(f"level {d}: parents {parents}, one warp each"),
+                *_switch([(p, topo.children[p]) for p in parents], step, per_warp=True, unpack=True), n.Sync()]
+    return out
+
+
+def fan_out(items: Sequence, step: Step, per_warp: bool = False) -> list:
+    """``step(scope, *item)`` for every item, one thread (or warp) each, no barrier after."""
+    return _switch(items, step, per_warp, unpack=True)
+
+
+def depth_first(robot: Robot, scope: Scope, visit: Step, complete: Step) -> None:
+    """The per-state schedule: ``visit(scope, body)`` in body order (a depth-first order);
+    ``complete(scope, c)`` for each body ``c`` as soon as its whole subtree is visited,
+    children before parents."""
+    topo = robot.topology
+    last = [max(topo.subtree[i]) for i in range(robot.num_bodies)]
+    for b in robot.bodies:
+        visit(scope, b)
+        c = b.index
+        while c >= 0 and last[c] == b.index:
+            complete(scope, c)
+            c = topo.parent[c]
+
+
+@attrs.frozen
+class SweepOptions(LayerOptions):
+    """The options of an algorithm with tree sweeps in its block layout."""
+
+    p1: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", *SWEEP_FORMS)))
+    """Sweep form: ``levels`` (P1), ``bodies``, or ``auto`` (the measured winner for the robot)."""
+
+
+def form_of(ctx) -> str:
+    """The sweep form of an emit context: the option, else the measured winner, else levels."""
+    p1 = getattr(ctx.algorithm_options, "p1", "auto")
+    return p1 if p1 != "auto" else ctx.tuning.get("p1", "levels")

@@ -1,0 +1,54 @@
+"""The generated code behind the Reference's methods, shared by every test of it: one library
+per (backend, robot, rung) holding every emitted algorithm, built once per process (and on
+disk by content hash, so pytest-xdist workers share it)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from conftest import load
+
+# The robots the generated code is proven on in CI: every bundled robot and 9
+# example-robot-data robots (fixed arms, mimic joints, continuous joints, floating bases).
+CODEGEN_ROBOTS = [
+    "iiwa14", "hyq", "atlas", "go2", "g1",
+    "erd:panda", "erd:ur5_robot", "erd:double_pendulum_continuous", "erd:pr2", "erd:tiago_pro",
+    "erd:solo12", "erd:anymal_c_simple/anymal", "erd:talos_reduced", "erd:simple_humanoid",
+]
+GPU_ROBOTS = ["iiwa14", "hyq", "atlas", "g1"]
+TOL = {np.float64: 1e-9, np.float32: 1e-4}
+
+
+def emitted() -> list[str]:
+    """Every algorithm with a GPU emitter (one library holds them all)."""
+    from grid_core import algorithms
+
+    return sorted(name for name, alg in algorithms().items() if alg.has_emitter())
+
+
+@functools.lru_cache(maxsize=None)
+def backend(kind: str, name: str, spill: bool, dtype=np.float64):
+    """The generated code of robot ``name`` behind the Reference's methods: ``emulated``
+    (host C++, CI) or ``gpu`` (RobotHandle, a CUDA device); ``spill`` forces the deepest rung."""
+    opts = {"target_shared_mem_bytes": 0} if spill else {}
+    if kind == "gpu":
+        from grid_core.runtime import RobotHandle
+
+        handle = RobotHandle(load(name), emitted(), dtype, quiet=True, **opts)
+    else:
+        from grid_core.testing import Emulated
+
+        handle = Emulated(load(name), emitted(), dtype, **opts)
+    handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
+    return handle
+
+
+def emulated(name: str, spill: bool, dtype=np.float64):
+    return backend("emulated", name, spill, dtype)
+
+
+BACKENDS = [pytest.param("emulated", id="emulated"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]
+
