@@ -92,7 +92,7 @@ With :math:`s_c = [\omega_c; \nu_c]` the world-frame column :math:`c` at the wor
                           "forward_kinematics (see its review)"),
         P2=todo("the dominant lever: every (frame, c, d) cell is a few independent cross "
                 "products once the world columns (w_c, n_c) and the frame origins are known; fan "
-                "the cells across the block (upstream d2ee's per-cell Step-5b fan, seed 000)"),
+                "the cells across the block (as upstream GRiD's end-effector Hessian fans its cells)"),
         P3=todo("the world columns (w_c, n_c) are per body and frame-independent, and the "
                 "frame-origin velocities n_d + w_d x p_f are shared by every column c: compute "
                 "both once in parallel passes, then the cells need one cross product each"),

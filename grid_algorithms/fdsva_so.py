@@ -16,7 +16,7 @@ So ``d2qdd_dq2[:, :, k]`` is the tangent derivative along ``q_k`` of Pinocchio's
 ``ddq_dq[:, j]`` along ``qd_k``), and ``d2qdd_dq_dtau[:, j, :]`` that of ``ddq_dtau = M^-1``
 along ``q_j``.
 
-Differentiating ``M(q) dqdd/du + dtau/du (q, qd, qdd) = 0`` once more (seed 002), with
+Differentiating ``M(q) dqdd/du + dtau/du (q, qd, qdd) = 0`` once more, with
 ``qdd = FD(q, qd, tau)``, the IDSVA-SO tensors of :mod:`grid_algorithms.idsva_so` evaluated
 there (``d tau/d u`` depends on ``qdd`` only through ``M``, hence the ``dM_dq`` terms) and
 ``dqdd/dq``, ``dqdd/dqd`` of :mod:`grid_algorithms.forward_dynamics_gradient`:
@@ -79,8 +79,8 @@ With :math:`\ddot q = \mathrm{FD}(q, \dot q, \tau)` and the inverse-dynamics ten
         P2=todo("the dominant lever: the contraction is 4 nv^3 independent output cells, each an "
                 "nv-long dot product of a row of Minv with a column of a right-hand-side tensor, and "
                 "the right-hand sides (dM_dq times the first derivatives) are 3 nv^3 independent "
-                "cells too; fan both over the block, register-tiled along i (seed 002's "
-                "fdsva_so_contract)"),
+                "cells too; fan both over the block, register-tiled along i (one "
+                "contraction kernel)"),
         P3=todo("Minv, qdd and the first derivatives are computed once and shared (the reference "
                 "calls forward_dynamics_gradient, which recomputes minv and qdd, for clarity): the "
                 "orchestrator loads XImats once and calls the placement-free inners in sequence"),

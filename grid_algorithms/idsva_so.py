@@ -360,7 +360,7 @@ all of it in the frame of :math:`i`; world-frame form: all in the world frame.  
                 "A0..A7 (per i) and the vectors u1..u13 (per (i, j)) are known. Plan: one parallel "
                 "pass builds the A's for all columns, one the u's for all (i, j) ancestor pairs, "
                 "and one fans the (i, j, k) chain cells across the block (upstream's per-column "
-                "forward sweep and the world-frame per-pair slab of seed 002)"),
+                "forward sweep, and a world-frame slab per (i, j) pair)"),
         P3=todo("only the composites IC, BC, F need the serial backward carry: store them per "
                 "body (two 6x6 matrices and a 6-vector) and run every contraction after the sweep as one "
                 "parallel pass (the A's of body i depend on nothing else of the recursion)"),

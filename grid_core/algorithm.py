@@ -102,10 +102,10 @@ on the CPU and on the GPU."""
 
 
 def backend_table(algorithms: dict) -> tuple[list[str], list[list[str]]]:
-    """``(header, rows)``: for each algorithm, ``yes`` under each backend that runs it.  Every
+    """``(header, rows)``: for each algorithm, ``yes`` or ``no`` under each backend.  Every
     algorithm has a reference; the generated-code backends run those with an emitter
     (:meth:`Algorithm.has_emitter`).  ``grid list`` and the documentation's home page show it."""
-    rows = [[name, *("yes" if b == "Reference" or alg.has_emitter() else "-" for b in BACKENDS)]
+    rows = [[name, *("yes" if b == "Reference" or alg.has_emitter() else "no" for b in BACKENDS)]
             for name, alg in algorithms.items()]
     return ["algorithm", *BACKENDS], rows
 

@@ -214,6 +214,14 @@ def list_(obj: _Ctx):
     for name, loader in reg.loaders.items():
         info = reg.info_of("loader", name)
         click.echo(f"  {name:<32} {info.distribution} {info.version}  {loader.summary}")
+    from .algorithm import backend_table
+
+    header, rows = backend_table(reg.algorithms)
+    click.echo("where each algorithm runs (Reference: float64 numpy; Emulated: the generated code on the host; "
+               "CpuHandle: on the CPU; RobotHandle: on the GPU):")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        click.echo("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     if obj.verbose:
         click.echo("plugins:")
         for p in reg.plugins.values():

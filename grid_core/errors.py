@@ -2,7 +2,7 @@
 
 Every failure a user can cause ends in a subclass of :class:`GridError` whose
 message names the file, the element and, where there is one, the fix.  The CLI
-prints that message as one line and exits 1 (DESIGN §6).
+prints that message as one line and exits 1.
 """
 
 from __future__ import annotations

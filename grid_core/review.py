@@ -1,4 +1,4 @@
-"""The parallelism review every algorithm carries (seed 000, patterns P1-P4).
+"""The parallelism review every algorithm carries (patterns P1-P4).
 
 For each pattern the review says whether the lever applies and is done, applies
 and is still to do, or does not apply, always with the reason and, where there

@@ -31,7 +31,7 @@ def random_state(robot: Robot, rng: np.random.Generator, n: int | None = None):
 
 
 def rel_error(out, ref) -> float:
-    """``||out - ref|| / ||ref||`` (DESIGN §5); NaN anywhere gives inf, never a pass."""
+    """``||out - ref|| / ||ref||`` (the comparison every backend test makes); NaN anywhere gives inf, never a pass."""
     out = np.asarray(out, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     if out.shape != ref.shape:

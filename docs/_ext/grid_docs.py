@@ -4,7 +4,7 @@ optional reference-timings page.
 * ``_generated/benchmark_results.inc`` (included by ``benchmarks.rst``): plots and
   tables of the committed GPU results, ``benchmarks/results/*.json`` as written by
   ``benchmarks/gpu_check.py``, held against the upstream anchors that module quotes
-  (``UPSTREAM_H200_KERNEL``, ``UPSTREAM_5090``; ../shared/ANCHORS.md §C and §A).  With no
+  (``UPSTREAM_H200_KERNEL``, ``UPSTREAM_5090``: upstream rebuilt on the H200, and its published RTX 5090 figures).  With no
   result committed yet the page says so.  Plots are drawn with matplotlib (Agg): no
   GPU, no network.
 * ``_generated/reference_timings.rst``: when ``docs/reference_timings.md`` exists, a page
@@ -25,6 +25,8 @@ import math
 import re
 from pathlib import Path
 
+from docutils import nodes
+from docutils.parsers.rst import Directive
 from docutils.statemachine import StringList
 from sphinx.directives.other import TocTree
 from sphinx.util import logging
@@ -103,7 +105,7 @@ def plot_robot(rows, robot: str, h200: dict, rtx5090: dict, path: Path, title: s
         ax.plot(*zip(*empty), color="0.45", ls="--", lw=1.2, label="empty kernel (launch floor)")
     if robot in h200:
         ax.plot(list(h200[robot]), list(h200[robot].values()), ls="none", marker="X", ms=8, color="C3",
-                label="upstream GRiD on the H200, kernel (ANCHORS §C)")
+                label="upstream GRiD on the H200, kernel")
     if robot in rtx5090:
         pts = rtx5090[robot]
         ax.plot(list(pts), [v[0] for v in pts.values()], ls="none", marker="D", ms=6, mfc="none", color="C5",
@@ -193,6 +195,42 @@ def _runtime_tables(runtime: dict) -> list[str]:
     return out
 
 
+def _run_body(path: Path, d: dict, outdir: Path, h200: dict, rtx5090: dict,
+              parts=("time", "runtime", "fused", "tuning")) -> list[str]:
+    """The plots and tables of one run, those of ``parts`` only."""
+    out: list[str] = []
+    rows = d.get("time") or []
+    if "time" in parts:
+        for robot in _robots(rows):
+            img = outdir / f"bench_{path.stem}_{robot}.png"
+            plot_robot(rows, robot, h200, rtx5090, img,
+                       f"inverse_dynamics, {robot}, float32 — {d.get('gpu', '?')}, {d.get('date', '?')[:10]}")
+            out += heading(robot, "~")
+            out += [f".. image:: /{GENERATED}/{img.name}", f"   :alt: inverse_dynamics kernel time vs N, {robot}",
+                    "   :width: 100%", ""]
+            out += _robot_table(rows, robot, h200, rtx5090)
+        out += _ab_table(rows)
+        out += _variants_table(rows)
+    if "runtime" in parts and isinstance(d.get("runtime"), dict):
+        out += _runtime_tables(d["runtime"])
+    fused = d.get("fused")
+    if "fused" in parts and isinstance(fused, dict) and "fused_us" in fused:
+        ratio = fused["layered_us"] / fused["fused_us"] if fused.get("fused_us") else float("nan")
+        out += [".. rubric:: Fused control step (examples/cuda/fused_control_step)", "",
+                *list_table(["robot", "batch", "fused µs", "layered µs", "ratio", "upstream (RTX 5090)"],
+                            [["iiwa14", str(fused.get("batch", "?")), _us(fused["fused_us"]),
+                              _us(fused["layered_us"]), f"{ratio:.2f}x", "7.65 / 28.70 µs, 3.75x"]])]
+    tuning = (d.get("tuning") or {}).get("robots") or {}
+    if "tuning" in parts and tuning:
+        out += [".. rubric:: Tuning baked into the header (grid_algorithms/inverse_dynamics.tuning.json)", "",
+                *list_table(["robot", "per-state layout from N", "P1 sweep form", "block N=256: levels / bodies µs"],
+                            [[r, str(v.get("per_state_min_n")), str(v.get("p1")),
+                              f"{_us((v.get('ab_block_n256_us') or {}).get('levels'))} / "
+                              f"{_us((v.get('ab_block_n256_us') or {}).get('bodies'))}"]
+                             for r, v in tuning.items()])]
+    return out
+
+
 def results_text(root: Path, outdir: Path) -> str:
     """The reStructuredText of the results section; writes the plots into ``outdir``."""
     results = sorted((root / "benchmarks" / "results").glob("*.json"))
@@ -216,42 +254,23 @@ def results_text(root: Path, outdir: Path) -> str:
     runs = [[literal_path(p.name), escape(d.get("date", "?")), escape(d.get("gpu", "?")),
              f"``{d.get('commit', '?')}``", escape("; ".join(f"{k} {v}" for k, v in d.get("phases", {}).items()))]
             for p, d in data]
+    # the page opens with a summary: of each kind of result, the newest run that has it
+    out += heading("Summary: the newest results", "-")
+    for part, what in (("time", "kernel timings"), ("runtime", "runtime overheads"), ("fused", "fused control step"),
+                       ("tuning", "tuning")):
+        newest = next(((path, d) for path, d in data if d.get(part)), None)
+        if newest is not None:
+            path, d = newest
+            out += [f"**{what}**, from the run of {escape(d.get('date', '?'))} ({escape(d.get('gpu', '?'))}, "
+                    f"commit ``{d.get('commit', '?')}``):", ""]
+            out += _run_body(path, d, outdir, h200, rtx5090, (part,))
+    out += heading("Run log", "-")
     out += list_table(["file", "date", "GPU", "commit", "phases"], runs)
-    for k, (path, d) in enumerate(data):
-        rows = d.get("time") or []
-        label = f"{d.get('date', '?')}, {d.get('gpu', '?')}, commit {d.get('commit', '?')}"
-        out += heading(label, "-")
-        if k:
-            out += ["An earlier run; the newest is above.", ""]
-        if not rows:
-            out += ["This run recorded no timings.", ""]
-        for robot in _robots(rows):
-            img = outdir / f"bench_{path.stem}_{robot}.png"
-            plot_robot(rows, robot, h200, rtx5090, img,
-                       f"inverse_dynamics, {robot}, float32 — {d.get('gpu', '?')}, {d.get('date', '?')[:10]}")
-            out += heading(robot, "~")
-            out += [f".. image:: /{GENERATED}/{img.name}", f"   :alt: inverse_dynamics kernel time vs N, {robot}",
-                    "   :width: 100%", ""]
-            out += _robot_table(rows, robot, h200, rtx5090)
-        out += _ab_table(rows)
-        out += _variants_table(rows)
-        if isinstance(d.get("runtime"), dict):
-            out += _runtime_tables(d["runtime"])
-        fused = d.get("fused")
-        if isinstance(fused, dict) and "fused_us" in fused:
-            ratio = fused["layered_us"] / fused["fused_us"] if fused.get("fused_us") else float("nan")
-            out += [".. rubric:: Fused control step (examples/cuda/fused_control_step)", "",
-                    *list_table(["robot", "batch", "fused µs", "layered µs", "ratio", "upstream (RTX 5090)"],
-                                [["iiwa14", str(fused.get("batch", "?")), _us(fused["fused_us"]),
-                                  _us(fused["layered_us"]), f"{ratio:.2f}x", "7.65 / 28.70 µs, 3.75x"]])]
-        tuning = (d.get("tuning") or {}).get("robots") or {}
-        if tuning:
-            out += [".. rubric:: Tuning baked into the header (grid_algorithms/inverse_dynamics.tuning.json)", "",
-                    *list_table(["robot", "per-state layout from N", "P1 sweep form", "block N=256: levels / bodies µs"],
-                                [[r, str(v.get("per_state_min_n")), str(v.get("p1")),
-                                  f"{_us((v.get('ab_block_n256_us') or {}).get('levels'))} / "
-                                  f"{_us((v.get('ab_block_n256_us') or {}).get('bodies'))}"]
-                                 for r, v in tuning.items()])]
+    for path, d in data:
+        out += heading(f"{d.get('date', '?')}, {d.get('gpu', '?')}, commit {d.get('commit', '?')}", "-")
+        if not d.get("time"):
+            out += ["This run recorded no kernel timings.", ""]
+        out += _run_body(path, d, outdir, h200, rtx5090)
     return "\n".join(out) + "\n"
 
 
@@ -392,9 +411,27 @@ def _always_reread(app, env, added, changed, removed):
     return out
 
 
+class BackendTable(Directive):
+    """``grid-backend-table``: which backend runs each registered algorithm (the table ``grid
+    list`` prints, from :func:`grid_core.algorithm.backend_table`), so the page stays true as
+    emitters land."""
+
+    def run(self):
+        import grid_core
+        from grid_core.algorithm import backend_table
+
+        header, rows = backend_table(grid_core.algorithms())
+        rows = [[f":ref:`{name} <algorithm-{name}>`", *cells] for name, *cells in rows]
+        lines = StringList(list_table(header, rows), source="grid-backend-table")
+        node = nodes.container()
+        self.state.nested_parse(lines, self.content_offset, node)
+        return node.children
+
+
 def setup(app):
     app.add_config_value("grid_docs_root", "..", "env")
     app.add_directive("grid-optional-toctree", OptionalTocTree)
+    app.add_directive("grid-backend-table", BackendTable)
     app.connect("builder-inited", _builder_inited)
     app.connect("env-get-outdated", _always_reread)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
