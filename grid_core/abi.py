@@ -162,10 +162,10 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
     return "\n".join(lines)
 
 
-def _quaternion_check(fn: AbiFunction, robot: Robot, T: str) -> list[str]:
+def _quaternion_check(fn: AbiFunction, robot: Robot | None, T: str) -> list[str]:
     """The host form's check of the free-flyer quaternions in the staged q (unit norm, as
     :func:`grid_core.reference.check_quaternions` requires): one pass over N x 4 values."""
-    q = next((p for p in fn.inputs if is_configuration(p, robot)), None)
+    q = next((p for p in fn.inputs if is_configuration(p, robot)), None) if robot is not None else None
     if q is None:
         return []
     lo, hi = (1 - QUATERNION_TOLERANCE) ** 2, (1 + QUATERNION_TOLERANCE) ** 2
@@ -185,7 +185,7 @@ def _quaternion_check(fn: AbiFunction, robot: Robot, T: str) -> list[str]:
     return lines + ["        }", "    }"]
 
 
-def _function_source(fn: AbiFunction, ns: str, robot: Robot) -> list[str]:
+def _function_source(fn: AbiFunction, ns: str, robot: Robot | None = None) -> list[str]:
     """The device form, the host form and their packed forms of one algorithm in one precision."""
     T = DTYPES[fn.dtype]
     if len(fn.inputs) > 32:  # copy_segments reports a NaN or inf as one bit per state input
