@@ -45,11 +45,29 @@ UPSTREAM_H200_KERNEL = {
 }
 # §A published release, RTX 5090: resident (host-timed launch + sync) / host (with I/O).
 UPSTREAM_5090 = {
-    "iiwa14": {16: (11.7, 21.0), 256: (11.9, 23.3), 1024: (13.0, 27.4)},
-    "go2": {16: (22.7, 32.4), 256: (21.7, 33.5), 1024: (35.1, 54.9)},
-    "g1": {16: (40.1, 50.0), 256: (38.3, 53.6), 1024: (73.0, 106.0)},
+    "inverse_dynamics": {
+        "iiwa14": {16: (11.7, 21.0), 256: (11.9, 23.3), 1024: (13.0, 27.4)},
+        "go2": {16: (22.7, 32.4), 256: (21.7, 33.5), 1024: (35.1, 54.9)},
+        "g1": {16: (40.1, 50.0), 256: (38.3, 53.6), 1024: (73.0, 106.0)},
+    },
+    "crba": {
+        "iiwa14": {16: (11.0, 16.8), 256: (11.2, 19.0), 1024: (16.8, 29.4)},
+        "g1": {16: (34.3, 41.8), 256: (34.9, 102.0), 1024: (120.0, 370.0)},
+    },
 }
 HBM_BYTES_PER_S = 4.3e12  # ANCHORS §D memory floor
+
+
+def bytes_per_state(robot_name: str, algorithm: str) -> int:
+    """float32 bytes each state moves: its state inputs (optional ones absent) and outputs."""
+    import math
+
+    import grid_core
+
+    robot = grid_core.load_robot(robot_name)
+    alg = grid_core.registry().algorithm(algorithm)
+    ins = [p for p in alg.inputs(robot) if p.kind == "state" and not p.optional]
+    return 4 * sum(math.prod(p.shape) for p in [*ins, *alg.outputs(robot)])
 _NUM = ARCH.split("_", 1)[-1]
 NVCC_FLAGS = ["-std=c++17", "-O3", f"-gencode=arch=compute_{_NUM},code=sm_{_NUM}", "-Xlinker", "--strip-all"]
 
@@ -69,10 +87,10 @@ def variants():
     for r in ROBOTS:
         out.append((r, r, {}))
         out.append((f"{r}-spill", r, {"target_shared_mem_bytes": 0}))
-        out.append((f"{r}-bodies", r, {"p1": "bodies"}))
+        out.append((f"{r}-bodies", r, {"algorithm_options": {a: {"p1": "bodies"} for a in ALGORITHMS}}))
     for r in ("atlas", "g1"):
         for occ in (2, 4):
-            out.append((f"{r}-occ{occ}", r, {"per_state_min_blocks": occ}))
+            out.append((f"{r}-occ{occ}", r, {"algorithm_options": {"inverse_dynamics": {"per_state_min_blocks": occ}}}))
     return out
 
 
@@ -101,6 +119,65 @@ def _nvcc(cmd, output: Path, inputs, what: str) -> None:
     stamp.write_text(key)
 
 
+ALGORITHMS = ["inverse_dynamics", "crba"]  # timed by the generic bench (src/bench.cu)
+
+
+def adapter(robot, algorithm: str) -> str:
+    """adapter.h of src/bench.cu for one algorithm: its launcher, its per-state input and
+    output sizes and its host wrapper, all from the layer generator's signature nodes."""
+    import math
+
+    from grid_core.composer import Composer, GenerateOptions
+
+    L = Composer(robot, GenerateOptions()).layers(algorithm)
+    pfx = algorithm.upper()
+    ins = [f"in[{k}]" for k in range(len(L.states))]
+    args = ["out[0]" if len(L.outputs) == 1 else None]
+    args = [f"out[{k}]" for k in range(len(L.outputs))] + ins + ["nullptr"] * len(L.params)
+    host = getattr(L, "host", None)
+    host_call = "(void)hd; (void)model; (void)n; (void)b; (void)t; (void)streams;"
+    if host is not None:
+        targs = ", ".join(["T"] + ["true"] * (len(host.template) - 1))
+        params = "".join(", g::Gravity<T>()" for _ in L.params)
+        host_call = f"g::{algorithm}<{targs}>(hd, model{params}, n, b, t, streams);"
+    staged = f"g::{pfx}_STAGED_THREADS<T>()" if L.emitter.staged else "0"
+    return "\n".join([
+        f"// adapter of benchmarks/src/bench.cu to {algorithm} (written by benchmarks/gpu_check.py)",
+        "namespace ad {",
+        f'static const char *ALGO = "{algorithm}";',
+        f"static constexpr int NUM_IN = {len(L.states)};",
+        f"static constexpr size_t IN_SIZE[] = {{{', '.join(str(math.prod(p.shape)) for p in L.states)}}};",
+        f"static constexpr bool IN_OPTIONAL[] = {{{', '.join('true' if p.optional else 'false' for p in L.states)}}};",
+        f"static constexpr bool HAS_OPTIONAL = {'true' if any(p.optional for p in L.states) else 'false'};",
+        f"static constexpr int NUM_OUT = {len(L.outputs)};",
+        f"static constexpr size_t OUT_SIZE[] = {{{', '.join(str(math.prod(p.shape)) for p in L.outputs)}}};",
+        f"static constexpr int PER_STATE_THREADS = g::{pfx}_PER_STATE_THREADS;",
+        "template <typename T> inline cudaError_t launch(T *const *out, T *const *in, int n, g::LaunchConfig cfg,",
+        "                                                T *ws, size_t ws_bytes, cudaStream_t s) {",
+        f"    return g::{algorithm}_launch<T>({', '.join(args)}, n, cfg, ws, ws_bytes, s);",
+        "}",
+        f"inline int resolve_layout(int n, int layout) {{ return g::{algorithm}_resolve_layout(n, layout); }}",
+        f"inline int staged_threads() {{ return {staged.replace('<T>', '<float>')}; }}",
+        f"inline size_t workspace_bytes_minimal() {{ return g::{pfx}_WORKSPACE_BYTES<float, g::TIER_MINIMAL>(); }}",
+        "inline void host(g::gridData<T> *hd, const g::robotModel<T> *model, int n, dim3 b, dim3 t, cudaStream_t *streams) {",
+        f"    {host_call}",
+        "}",
+        "}  // namespace ad",
+        "",
+    ])
+
+
+def _bench(d: Path, header: Path, algorithm: str, robot, label: str) -> Path:
+    """The bench binary of one algorithm over one header (src/bench.cu + its adapter)."""
+    src = ROOT / "benchmarks" / "src" / "bench.cu"
+    ad = d / f"adapter_{algorithm}.h"
+    ad.write_text(adapter(robot, algorithm))
+    exe = d / f"bench_{algorithm}"
+    _nvcc(["nvcc", *NVCC_FLAGS, "-include", header, f'-DBENCH_ADAPTER="{ad}"', src, "-o", exe], exe, [header, ad, src],
+          f"{label} {algorithm}")
+    return exe
+
+
 def phase_build(state: dict) -> None:
     import warnings
 
@@ -111,14 +188,22 @@ def phase_build(state: dict) -> None:
     warnings.simplefilter("ignore")
     BUILD.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("GRID_CACHE_DIR", str(BUILD / "cache"))
-    src = ROOT / "benchmarks" / "src" / "bench_inverse_dynamics.cu"
     for label, name, opts in variants():
         d = BUILD / label
         d.mkdir(exist_ok=True)
-        header = generate(grid_core.load_robot(name), ["inverse_dynamics"], **opts)
+        robot = grid_core.load_robot(name)
         hpath = d / "grid.cuh"
-        hpath.write_text(header)
-        _nvcc(["nvcc", *NVCC_FLAGS, "-include", hpath, src, "-o", d / "bench"], d / "bench", [hpath, src], label)
+        hpath.write_text(generate(robot, ALGORITHMS, **opts))
+        for alg in ALGORITHMS:
+            if "-occ" in label and alg != "inverse_dynamics":
+                continue
+            _bench(d, hpath, alg, robot, label)
+    # the previous generator's inverse dynamics (headers carried in BUILD/<robot>-prev), timed in the
+    # same run: the layer generator must leave the kernel table unchanged within noise
+    for name in ROBOTS:
+        d = BUILD / f"{name}-prev"
+        if (d / "grid.cuh").exists():
+            _bench(d, d / "grid.cuh", "inverse_dynamics", grid_core.load_robot(name), f"{name}-prev")
     # the fused example (iiwa14)
     d = BUILD / "fused"
     d.mkdir(exist_ok=True)
@@ -138,17 +223,19 @@ def phase_build(state: dict) -> None:
     # the RobotHandle libraries the gpu tests load (same content hash there)
     import numpy as np  # noqa: F401
 
-    for name in ROBOTS + ["go2"]:
+    for name in ROBOTS:  # tests.generated: one library per robot and rung, every emitted algorithm
         robot = grid_core.load_robot(name)
         for opts in ({}, {"target_shared_mem_bytes": 0}):
-            build_gpu_library(robot, ["inverse_dynamics"], arch=ARCH, quiet=True, **opts)
+            build_gpu_library(robot, sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter()),
+                              arch=ARCH, quiet=True, **opts)
     state["build"] = "ok"
 
 
 def phase_tests(state: dict) -> None:
     # the gpu tests, and the backend-parametrised algorithm tests on the bundled robots (the
     # example-robot-data ones need that package, which the GPU machine does not have)
-    res = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", "tests/codegen", "-k", "not erd",
+    res = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", "tests/codegen", "tests/algorithms",
+               "-k", "not erd",
                "-p", "no:cacheprovider", "--durations=12"], cwd=ROOT)
     tail = (res.stdout + res.stderr).strip().splitlines()[-30:]
     state["tests"] = {"returncode": res.returncode, "tail": tail}
@@ -161,48 +248,48 @@ def phase_sanitize(state: dict) -> None:
     out = {}
     bad = []
     for label in ROBOTS + [f"{r}-spill" for r in ROBOTS]:
-        exe = BUILD / label / "bench"
-        for tool in ("memcheck", "racecheck"):
-            res = run(["compute-sanitizer", "--tool", tool, "--error-exitcode", "3", exe, "check"])
-            text = (res.stdout + res.stderr).strip()
-            summary = [ln for ln in text.splitlines() if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln
-                       or ln.startswith("check:")]
-            out[f"{label}:{tool}"] = {"returncode": res.returncode, "summary": summary}
-            if res.returncode:
-                bad.append(f"{label}:{tool}")
-                print(text[-3000:])
+        for alg in ALGORITHMS:
+            exe = BUILD / label / f"bench_{alg}"
+            for tool in ("memcheck", "racecheck"):
+                res = run(["compute-sanitizer", "--tool", tool, "--error-exitcode", "3", exe, "check"])
+                text = (res.stdout + res.stderr).strip()
+                summary = [ln for ln in text.splitlines() if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln
+                           or ln.startswith("check:")]
+                out[f"{label}:{alg}:{tool}"] = {"returncode": res.returncode, "summary": summary}
+                if res.returncode:
+                    bad.append(f"{label}:{alg}:{tool}")
+                    print(text[-3000:])
     state["sanitize"] = out
     if bad:
         raise RuntimeError(f"sanitizer reported errors: {bad}")
 
 
+def _time(label: str, alg: str, repeats: int, sizes) -> list:
+    path = BUILD / label / f"time_{alg}.json"
+    res = run([BUILD / label / f"bench_{alg}", "time", "--robot", label, "--repeats", repeats,
+               "--sizes", ",".join(map(str, sizes)), "--json", path])
+    if res.returncode:
+        raise RuntimeError(f"timing {label} {alg} failed: {res.stderr[-2000:]}")
+    return json.loads(path.read_text())
+
+
 def phase_time(state: dict, repeats: int) -> None:
     rows = []
     for label in ROBOTS:
-        path = BUILD / label / "time.json"
-        res = run([BUILD / label / "bench", "time", "--robot", label, "--repeats", repeats,
-                   "--sizes", ",".join(map(str, SIZES)), "--json", path])
-        if res.returncode:
-            raise RuntimeError(f"timing {label} failed: {res.stderr[-2000:]}")
-        rows += json.loads(path.read_text())
+        for alg in ALGORITHMS:
+            rows += _time(label, alg, repeats, SIZES)
+        # the previous generator's inverse dynamics in the same run (kernel table unchanged?)
+        if (BUILD / f"{label}-prev" / "bench_inverse_dynamics").exists():
+            rows += _time(f"{label}-prev", "inverse_dynamics", repeats, SIZES)
     # P1 A/B: the per-body sweep form, block layout, at the batch sizes of the block regime
     for r in ROBOTS:
-        path = BUILD / f"{r}-bodies" / "time.json"
-        res = run([BUILD / f"{r}-bodies" / "bench", "time", "--robot", f"{r}-bodies", "--repeats", repeats,
-                   "--sizes", "1,256,1024", "--json", path])
-        if res.returncode:
-            raise RuntimeError(f"timing {r}-bodies failed: {res.stderr[-2000:]}")
-        rows += json.loads(path.read_text())
+        for alg in ALGORITHMS:
+            rows += _time(f"{r}-bodies", alg, repeats, (1, 256, 1024))
     # per-state occupancy A/B (launch bounds min blocks) on the big robots, large batches
     for r in ("atlas", "g1"):
         for occ in (2, 4):
-            label = f"{r}-occ{occ}"
-            path = BUILD / label / "time.json"
-            res = run([BUILD / label / "bench", "time", "--robot", label, "--repeats", repeats,
-                       "--sizes", "4096,16384,262144,1048576", "--json", path])
-            if res.returncode:
-                raise RuntimeError(f"timing {label} failed: {res.stderr[-2000:]}")
-            rows += [x for x in json.loads(path.read_text()) if x["layout"] == "per_state"]
+            rows += [x for x in _time(f"{r}-occ{occ}", "inverse_dynamics", repeats, (4096, 16384, 262144, 1048576))
+                     if x["layout"] == "per_state"]
     state["time"] = rows
 
 
@@ -410,7 +497,8 @@ def _measure_runtime(state: dict) -> None:
         import torch
     except ImportError:  # pragma: no cover - the device image has it
         torch = None
-    raw = {(x["robot"], x["n"]): x for x in state.get("time", []) if x["layout"] == "auto"}
+    raw = {(x["robot"], x["n"]): x for x in state.get("time", [])
+           if x["layout"] == "auto" and x.get("algorithm", "inverse_dynamics") == "inverse_dynamics"}
     alg = grid_core.registry().algorithm("inverse_dynamics")
     for name in RUNTIME_ROBOTS:
         robot = grid_core.load_robot(name)
@@ -492,52 +580,58 @@ def _measure_runtime(state: dict) -> None:
 
 
 def phase_tune(state: dict) -> None:
+    """Per algorithm and robot: the crossover to the per-state layout, the P1 winner of the
+    block layout, (inverse dynamics) the per-state occupancy; written to
+    grid_algorithms/<algorithm>.tuning.json, which the composer bakes into headers."""
     import warnings
 
     import grid_core
 
     warnings.simplefilter("ignore")
     rows = state.get("time", [])
-    tuning = {"note": "measured by benchmarks/gpu_check.sh; baked into headers by the composer", "robots": {}}
-    for r in ROBOTS:
-        robot = grid_core.load_robot(r)
-        k = {(x["n"], x["layout"]): x["kernel_us"] for x in rows if x["robot"] == r}
-        kb = {x["n"]: x["kernel_us"] for x in rows if x["robot"] == f"{r}-bodies" and x["layout"] == "block"}
-        sizes = sorted({n for n, _ in k})
-        # smallest N from which the per-state layout is never slower than one block per state
-        cross = None
-        for n in sizes:
-            if (n, "block") not in k:
+    state["tuning"] = {}
+    for alg in ALGORITHMS:
+        mine = [x for x in rows if x.get("algorithm", "inverse_dynamics") == alg]
+        tuning = {"note": "measured by benchmarks/gpu_check.sh; baked into headers by the composer", "robots": {}}
+        for r in ROBOTS:
+            robot = grid_core.load_robot(r)
+            k = {(x["n"], x["layout"]): x["kernel_us"] for x in mine if x["robot"] == r}
+            kb = {x["n"]: x["kernel_us"] for x in mine if x["robot"] == f"{r}-bodies" and x["layout"] == "block"}
+            sizes = sorted({n for n, _ in k})
+            if not sizes:
                 continue
-            if all(k[(m, "per_state")] <= k[(m, "block")] for m in sizes if m >= n and (m, "block") in k):
-                cross = n
-                break
-        levels_256 = k.get((256, "block"))
-        bodies_256 = kb.get(256)
-        p1 = "levels" if levels_256 is None or bodies_256 is None or levels_256 <= bodies_256 else "bodies"
-        # occupancy of the per-state kernel: the fastest at the largest batch
-        big = max(sizes)
-        occ_times = {1: k.get((big, "per_state"))}
-        for occ in (2, 4):
-            for x in rows:
-                if x["robot"] == f"{r}-occ{occ}" and x["n"] == big and x["layout"] == "per_state":
-                    occ_times[occ] = x["kernel_us"]
-        occ_times = {o: t for o, t in occ_times.items() if t is not None}
-        best_occ = min(occ_times, key=occ_times.get) if occ_times else 1
-        if 1 in occ_times and occ_times[best_occ] > 0.97 * occ_times[1]:
-            best_occ = 1  # within noise of the default: keep the compiler's register budget
-        tuning["robots"][r] = {
-            "digest": robot.digest[:16],
-            "per_state_min_n": cross if cross is not None else max(sizes) + 1,
-            "per_state_min_blocks": best_occ,
-            "per_state_occupancy_ab_us": {str(o): t for o, t in occ_times.items()},
-            "p1": p1,
-            "ab_block_n256_us": {"levels": levels_256, "bodies": bodies_256},
-            "ab_block_n1024_us": {"levels": k.get((1024, "block")), "bodies": kb.get(1024)},
-            "gpu": state.get("gpu", ""),
-        }
-    state["tuning"] = tuning
-    (ROOT / "grid_algorithms" / "inverse_dynamics.tuning.json").write_text(json.dumps(tuning, indent=1) + "\n")
+            # smallest N from which the per-state layout is never slower than one block per state
+            cross = None
+            for n in sizes:
+                if (n, "block") not in k:
+                    continue
+                if all(k[(m, "per_state")] <= k[(m, "block")] for m in sizes if m >= n and (m, "block") in k):
+                    cross = n
+                    break
+            levels_256 = k.get((256, "block"))
+            bodies_256 = kb.get(256)
+            p1 = "levels" if levels_256 is None or bodies_256 is None or levels_256 <= bodies_256 else "bodies"
+            entry = {"digest": robot.digest[:16], "per_state_min_n": cross if cross is not None else max(sizes) + 1}
+            if alg == "inverse_dynamics":
+                # occupancy of the per-state kernel: the fastest at the largest batch
+                big = max(sizes)
+                occ_times = {1: k.get((big, "per_state"))}
+                for occ in (2, 4):
+                    for x in mine:
+                        if x["robot"] == f"{r}-occ{occ}" and x["n"] == big and x["layout"] == "per_state":
+                            occ_times[occ] = x["kernel_us"]
+                occ_times = {o: t for o, t in occ_times.items() if t is not None}
+                best_occ = min(occ_times, key=occ_times.get) if occ_times else 1
+                if 1 in occ_times and occ_times[best_occ] > 0.97 * occ_times[1]:
+                    best_occ = 1  # within noise of the default: keep the compiler's register budget
+                entry.update(per_state_min_blocks=best_occ,
+                             per_state_occupancy_ab_us={str(o): t for o, t in occ_times.items()})
+            entry.update(p1=p1, ab_block_n256_us={"levels": levels_256, "bodies": bodies_256},
+                         ab_block_n1024_us={"levels": k.get((1024, "block")), "bodies": kb.get(1024)},
+                         gpu=state.get("gpu", ""))
+            tuning["robots"][r] = entry
+        state["tuning"][alg] = tuning
+        (ROOT / "grid_algorithms" / f"{alg}.tuning.json").write_text(json.dumps(tuning, indent=1) + "\n")
 
 
 def gpu_name() -> str:
@@ -551,43 +645,58 @@ def summary(state: dict) -> str:
     for ph, res in state["phases"].items():
         lines.append(f"  phase {ph:<9} {res}")
     rows = state.get("time", [])
-    if rows:
+    for alg in ALGORITHMS:
+        mine = [x for x in rows if x.get("algorithm", "inverse_dynamics") == alg]
+        if not mine:
+            continue
+        up_kernel = UPSTREAM_H200_KERNEL if alg == "inverse_dynamics" else {}
+        up_5090 = UPSTREAM_5090.get(alg, {})
         lines.append("")
-        lines.append("inverse_dynamics, float32, µs (median). kernel = one launch in cudaEvents; empty = empty kernel, "
+        lines.append(f"{alg}, float32, µs (median). kernel = one launch in cudaEvents; empty = empty kernel, "
                      "same grid, same run;")
         lines.append("graph = CUDA-graph replay; resident = host-timed launch+sync; io = host wrapper with copies; "
-                     "upstream: ANCHORS §C (H200) / §A (5090 res/host)")
+                     "floor = bytes in + out at 4.3 TB/s; upstream: H200 kernel (GRiD 032ed02 on this GPU) / "
+                     "5090 res/host (published)")
         hdr = (f"{'robot':<8}{'N':>9} {'layout':<10}{'kernel':>8}{'empty':>8}{'k-e':>7}{'graph':>8}{'g-empty':>8}"
                f"{'resident':>9}{'io':>9}{'floor':>8}  upstream")
         lines.append(hdr)
-        for x in rows:
+        for x in mine:
             if x["layout"] != "auto" or "-" in x["robot"]:
                 continue
             r, n = x["robot"], x["n"]
             up = []
-            if n in UPSTREAM_H200_KERNEL.get(r, {}):
-                up.append(f"H200 kernel {UPSTREAM_H200_KERNEL[r][n]}")
-            if n in UPSTREAM_5090.get(r, {}):
-                res_, host = UPSTREAM_5090[r][n]
+            if n in up_kernel.get(r, {}):
+                up.append(f"H200 kernel {up_kernel[r][n]}")
+            if n in up_5090.get(r, {}):
+                res_, host = up_5090[r][n]
                 up.append(f"5090 res {res_} / host {host}")
             floor = ""
             if n >= 262144:
-                import grid_core
-
-                rb = grid_core.load_robot(r)
-                floor = f"{n * 4 * (rb.nq + 3 * rb.nv) / HBM_BYTES_PER_S * 1e6:.1f}"
+                floor = f"{n * bytes_per_state(r, alg) / HBM_BYTES_PER_S * 1e6:.1f}"
             lines.append(
                 f"{r:<8}{n:>9} {x['resolved']:<10}{x['kernel_us']:>8.2f}{x['empty_us']:>8.2f}"
                 f"{x['kernel_us'] - x['empty_us']:>7.2f}{x['graph_us']:>8.2f}{x['graph_empty_us']:>8.2f}"
                 f"{x['resident_us']:>9.2f}{x['io_us']:>9.2f}{floor:>8}  {'; '.join(up)}"
             )
-    t = state.get("tuning", {}).get("robots", {})
-    if t:
+    prev = {(x["robot"][:-5], x["n"], x["layout"]): x["kernel_us"] for x in rows if x["robot"].endswith("-prev")}
+    if prev:
         lines.append("")
-        lines.append("tuning (block layout A/B of the P1 sweep form; crossover to the per-state layout):")
-        for r, v in t.items():
+        lines.append("inverse_dynamics kernel µs, this generator vs the previous one (same run; ratio = new / prev):")
+        for x in rows:
+            key = (x["robot"], x["n"], x["layout"])
+            if x.get("algorithm") == "inverse_dynamics" and key in prev and x["layout"] in ("block", "per_state"):
+                lines.append(f"  {x['robot']:<8}{x['n']:>9} {x['layout']:<10}{x['kernel_us']:>8.2f}{prev[key]:>8.2f}"
+                             f"  {x['kernel_us'] / prev[key]:.3f}")
+    t = state.get("tuning", {})
+    for alg, tun in t.items():
+        if not isinstance(tun, dict) or not tun.get("robots"):
+            continue
+        lines.append("")
+        lines.append(f"tuning of {alg} (block layout A/B of the P1 sweep form; crossover to the per-state layout):")
+        for r, v in tun["robots"].items():
             lines.append(f"  {r:<8} per_state_min_n={v['per_state_min_n']:<8} P1 winner={v['p1']:<7} "
-                         f"N=256 levels {v['ab_block_n256_us']['levels']} us vs bodies {v['ab_block_n256_us']['bodies']} us")
+                         f"N=256 levels {v['ab_block_n256_us']['levels']} us vs bodies {v['ab_block_n256_us']['bodies']} us;"
+                         f" N=1024 levels {v['ab_block_n1024_us']['levels']} vs bodies {v['ab_block_n1024_us']['bodies']}")
     rt = state.get("runtime")
     if rt:
         lines.append("")
@@ -600,7 +709,7 @@ def summary(state: dict) -> str:
         lines.append(f"{'robot':<8}{'N':>6}{'auto':>8}{'range':>15}{'copy':>8}{'mapped':>8}{'staged':>8}{'py':>8}"
                      f"{'io C++':>8}   upstream host  met")
         for x in rt["overhead"]:
-            up = UPSTREAM_5090.get(x["robot"], {}).get(x["n"])
+            up = UPSTREAM_5090["inverse_dynamics"].get(x["robot"], {}).get(x["n"])
             met = "-" if not up else ("yes" if x["numpy_us"] <= up[1] else "NO")
             lo, hi = x["numpy_range"]
             lines.append(f"{x['robot']:<8}{x['n']:>6}{x['numpy_us']:>8.1f}{f'[{lo:.1f}, {hi:.1f}]':>15}"
@@ -708,9 +817,10 @@ def main() -> int:
         out = os.environ.get("OUT")
         if out:
             shutil.copy(RESULTS / name, Path(out) / name)
-            tun = ROOT / "grid_algorithms" / "inverse_dynamics.tuning.json"
-            if tun.exists():
-                shutil.copy(tun, Path(out) / tun.name)
+            for alg in ALGORITHMS:
+                tun = ROOT / "grid_algorithms" / f"{alg}.tuning.json"
+                if tun.exists():
+                    shutil.copy(tun, Path(out) / tun.name)
     print(summary(state))
     return 1 if failed else 0
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.model import Robot
+from grid_core.arena import ArenaRegion, SpillRung
+from grid_core.emit import nodes as n
+from grid_core.emit import spatial_steps as ss
+from grid_core.emit import sweeps
+from grid_core.emit.emitter import Emitter
+from grid_core.emit.expr import Scope, clean, sum_terms
+from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, effective_subspace, joint_transform
-from grid_core.review import ParallelismReview, todo
+from grid_core.review import ParallelismReview, done
 
 
 def crba(robot: Robot, q) -> np.ndarray:
@@ -43,6 +49,180 @@ def crba(robot: Robot, q) -> np.ndarray:
     return H
 
 
+# -- code generation -------------------------------------------------------------------
+#
+# Composite inertias in ten parameters (grid_core.emit.spatial_steps: m, h, Ibar), a leaf's
+# a folded constant; then one column walk per body up its support.  The block layout runs
+# the composite-inertia pass as a backward gather (P1: level by level) and the walks as a
+# fan-out (P2); the per-state layout runs both depth-first in registers.
+
+
+def _columns(body: Body) -> list[tuple[int, list[float]]]:
+    """``(v index, motion column of S)`` of each of the body's columns, mimic multiplier applied."""
+    S = effective_subspace(body)
+    return [(body.v_index + k, [clean(x) for x in S[:, k]]) for k in range(S.shape[1])]
+
+
+def _dot(col: list[float], f) -> object:
+    return sum_terms([(c, x) for c, x in zip(col, f) if c != 0.0])
+
+
+class CrbaSteps:
+    """CRBA's steps.  ``arr``: ``xi`` and ``M`` (index -> expression), ``IC`` ((body, k) ->
+    expression) for stored composite inertias."""
+
+    def __init__(self, robot: Robot, arr: dict):
+        self.robot, self.arr = robot, arr
+        self.started: set[int] = set()
+
+    def ic(self, b: int) -> list:
+        """Body ``b``'s composite inertia: a leaf's is its own, a constant (never stored)."""
+        if not self.robot.topology.children[b]:
+            return ss.rbi_of(self.robot.bodies[b].inertia)
+        return [self.arr["IC"](b, k) for k in range(10)]
+
+    def gather(self, scope: Scope, parent: int, children) -> None:
+        """``IC[parent] = I[parent] + sum_c X_c^T IC[c] X_c`` (or ``+=`` a later child's part)."""
+        acc = None if parent in self.started else ss.rbi_of(self.robot.bodies[parent].inertia)
+        for c in children:
+            scope.comment(f"IC[{parent}] += X^T IC[{c}] X ({self.robot.bodies[c].joint.name})")
+            X = ss.Transform(self.robot, self.robot.bodies[c], self.arr["xi"], scope)
+            part = ss.inertia_to_parent(X, self.ic(c), scope)
+            acc = part if acc is None else ss.rbi_add(acc, part)
+        for k in range(10):
+            target = self.arr["IC"](parent, k)
+            scope.add_to(target, acc[k]) if parent in self.started else scope.assign(target, acc[k])
+        self.started.add(parent)
+
+    def walk(self, scope: Scope, body: Body, ic: list, write) -> None:
+        """Body ``body``'s columns of M: ``F = IC S``, then ``F = X_j^T F`` up the support,
+        ``M[i, j] = M[j, i] = S_j^T F`` at each ancestor ``j``; ``write(scope, row, col, value)``
+        adds one term to one entry."""
+        robot = self.robot
+        for ci, col in _columns(body):
+            scope.comment(f"column {ci} ({body.joint.name})")
+            F = scope.let_all(ss.rbi_times_motion(ic, col), "F")
+            for cj, colj in _columns(body):  # the body's own block, once
+                if cj <= ci:
+                    v = scope.let(_dot(colj, F), "M")
+                    write(scope, ci, cj, v)
+                    if cj != ci:
+                        write(scope, cj, ci, v)
+            j = body
+            while j.parent >= 0:
+                F = scope.let_all(ss.Transform(robot, j, self.arr["xi"], scope).force_T(F, scope), "F")
+                j = robot.bodies[j.parent]
+                for cj, colj in _columns(j):  # M_ij and M_ji (twice on the diagonal: a mimic's)
+                    v = scope.let(_dot(colj, F), "M")
+                    write(scope, ci, cj, v)
+                    write(scope, cj, ci, v)
+
+
+def _entries(robot: Robot, body: Body) -> set[tuple[int, int]]:
+    """The M entries (both triangles) the walk of ``body`` writes."""
+    out, cols = set(), [c for c, _ in _columns(body)]
+    j = body
+    while True:
+        for cj, _ in _columns(j):
+            for ci in cols:
+                out |= {(ci, cj), (cj, ci)}
+        if j.parent < 0:
+            return out
+        j = robot.bodies[j.parent]
+
+
+def column_items(robot: Robot) -> tuple[list[list[Body]], list[int]]:
+    """The block layout's work items: groups of bodies whose walks write disjoint entries of M
+    (a body and its mimics share columns: one item), and the rows holding entries no walk
+    writes (the zeros between separate branches), proved disjoint here, at generation time."""
+    groups: list[tuple[set, list[Body]]] = []
+    for b in robot.bodies:
+        mine, members = _entries(robot, b), [b]
+        for g in [g for g in groups if g[0] & mine]:
+            groups.remove(g)
+            mine, members = mine | g[0], g[1] + members
+        groups.append((mine, members))
+    written = set().union(*(g[0] for g in groups)) if groups else set()
+    zero_rows = sorted({r for r in range(robot.nv) for c in range(robot.nv) if (r, c) not in written})
+    items = sorted((sorted(g[1], key=lambda x: x.index) for g in groups), key=lambda m: m[0].index)
+    return items, zero_rows
+
+
+class CrbaEmitter(Emitter):
+    Options = sweeps.SweepOptions
+    staged = True
+
+    def block_threads_hint(self, robot: Robot) -> int:
+        return max(32 * robot.topology.max_level_width, 32 * len(column_items(robot)[0]), robot.nv)
+
+    def inner_doc(self, layers) -> str:
+        return f"Composite-inertia sweep form: {sweeps.form_of(layers.ctx)}."
+
+    def inner_body(self, layers) -> list:
+        robot = layers.robot
+        nv = robot.nv
+        steps = CrbaSteps(robot, {"xi": lambda i: f"s_XI[{i}]", "IC": lambda b, k: f"s_IC[{10 * b + k}]"})
+        items, zero_rows = column_items(robot)
+
+        def column(scope, kind, what):
+            if kind == "zero":
+                for c in range(nv):
+                    if (what, c) not in written_all:
+                        scope.assign(f"s_M[{what * nv + c}]", 0.0)
+                return
+            seen: set = set()
+
+            def write(sc, r, c, val):
+                target = f"s_M[{r * nv + c}]"
+                sc.add_to(target, val) if (r, c) in seen else sc.assign(target, val)
+                seen.add((r, c))
+
+            for b in what:
+                steps.walk(scope, b, steps.ic(b.index), write)
+
+        written_all = set().union(*(_entries(robot, b) for b in robot.bodies))
+        work = [("item", m) for m in items] + [("zero", r) for r in zero_rows]
+        return [
+            n.Comment("composite inertias, leaves to root: each parent gathers its children (no atomics)"),
+            *sweeps.backward_gather(robot, steps.gather, sweeps.form_of(layers.ctx)),
+            n.Comment(f"M: {len(items)} column walks up the support and {len(zero_rows)} rows of structural zeros,\n"
+                      "one warp each (P2); their entries are disjoint (proved at generation time): no barrier"),
+            *sweeps.fan_out(work, column, per_warp=True),
+        ]
+
+    def state_body(self, layers) -> list:
+        robot = layers.robot
+        nv = robot.nv
+        xi = lambda i: f"XI[{i}]"  # noqa: E731
+        steps = CrbaSteps(robot, {"xi": xi})
+        scope = Scope("t")
+        acc = {b.index: ss.rbi_of(b.inertia) for b in robot.bodies}
+        seen: set = set()
+
+        def write(sc, r, c, val):
+            sc.add_to(f"M[{r * nv + c}]", val) if (r, c) in seen else sc.assign(f"M[{r * nv + c}]", val)
+            seen.add((r, c))
+
+        def visit(sc, b):
+            ss.xi_update(sc, robot, b, lambda i: f"q[{i}]", xi)
+
+        def complete(sc, c):
+            # IC[c] is final once its subtree is: its columns of M, then its part of the parent's
+            ic = sc.let_all(acc.pop(c), "IC")
+            steps.walk(sc, robot.bodies[c], ic, write)
+            p = robot.bodies[c].parent
+            if p >= 0:
+                X = ss.Transform(robot, robot.bodies[c], xi, sc)
+                acc[p] = sc.let_all(ss.rbi_add(acc[p], ss.inertia_to_parent(X, ic, sc)), "acc")
+
+        sweeps.depth_first(robot, scope, visit, complete)
+        for r in range(nv):
+            for c in range(nv):
+                if (r, c) not in seen:
+                    scope.assign(f"M[{r * nv + c}]", 0.0)
+        return [n.Stmt("T XI[XI_SIZE]", comment="registers: every index is a constant"), *scope.body()]
+
+
 class CRBA(Algorithm):
     name = "crba"
     summary = "joint-space inertia matrix M(q) by the composite rigid body algorithm"
@@ -59,17 +239,22 @@ A mimic body uses :math:`S_i` scaled by its multiplier and adds into the mimicke
 rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
 """
     review = ParallelismReview(
-        P1=todo("the composite-inertia pass is a leaves-to-root chain; bodies of one BFS level are "
-                "independent, their parent accumulation an atomicAdd or a segmented reduction per level"),
-        P2=todo("the entries M_ij of the support walk are independent once IC is known: fan the "
-                "(i, ancestor j) pairs (P4's support map enumerates them) across threads instead of "
-                "walking each support serially"),
-        P3=todo("Xup depends only on q and the per-body products IC_i S_i only on the finished IC: "
-                "hoist both out of the serial passes into one parallel pass over bodies"),
-        P4=todo("bake the (i, j) support pairs and the column of each body (mimic bodies share "
-                "the mimicked joint's) as offline tables; store only the upper triangle and skip the "
-                "structural zeros between separate branches"),
+        P1=done("block layout: the composite-inertia pass is a backward gather by levels, the parents "
+                "of a level in parallel (one warp each, one barrier per level), each summing its "
+                "children in a fixed order (no atomics); the per-body form (p1='bodies') stays for the A/B"),
+        P2=done("the columns of M are independent once the composite inertias are: one warp per column "
+                "walk up the support (a body and its mimics share one), and one per row of structural "
+                "zeros, their entries disjoint by construction, so no barrier between them"),
+        P3=done("the configuration-dependent transform data is hoisted into one parallel pass over "
+                "bodies (load_update_XImats) before the serial recursions"),
+        P4=done("composite inertias in ten parameters (m, h, Ibar) instead of 36 entries, a leaf's "
+                "folded as a constant; robot constants folded into the code; the zeros between "
+                "separate branches are stored, never computed"),
+        notes="two layouts: block-cooperative (the inline rung) and per-state (one thread per state, "
+              "the composite inertias and column walks depth-first in registers); the launcher picks by "
+              "CRBA_PER_STATE_MIN_N; a staged per-state variant for mapped host memory",
     )
+    emitter = CrbaEmitter
 
     def inputs(self, robot: Robot):
         return (Port("q", (robot.nq,), "joint configuration"),)
@@ -79,6 +264,16 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
 
     def reference(self, ctx, q):
         return crba(ctx.robot, q)
+
+    def arenas(self, robot: Robot, options=None):
+        return (ArenaRegion("IC", 10 * robot.num_bodies, "composite inertia of every body (10 parameters)"),)
+
+    def spill_rungs(self, robot: Robot, options=None):
+        return (
+            SpillRung(0, "all in shared memory"),
+            SpillRung(1, "composite inertias in global", {"IC"}, "the IC band goes to d_workspace"),
+            SpillRung(2, "all scratch in global", {"IC", "XI"}, "transform data too"),
+        )
 
 
 @hookimpl

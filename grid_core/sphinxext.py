@@ -52,7 +52,7 @@ DEFAULT_TOLERANCES = (
     ("generated code vs reference (L2 host-emulated, L4 on the GPU)", "float64", 1e-9),
     ("generated code vs reference (L2 host-emulated, L4 on the GPU)", "float32", 1e-4),
 )
-"""The validation ladder of the design (DESIGN §5): relative error ``||out - ref|| / ||ref||``."""
+"""The validation ladder: relative error ``||out - ref|| / ||ref||``."""
 
 LAYERS = (
     ("_inner", "inner: the math on one state, block-cooperative; owns the placement of its scratch"),
@@ -367,7 +367,7 @@ def _tolerance_section(alg) -> list[str]:
         "Relative error ``||out - ref|| / ||ref||`` on fresh random non-zero inputs; NaN never passes "
         "and outputs are poisoned before each run, so an element left unwritten fails.  "
         + ("The tolerances are the algorithm's own (its ``tolerances`` attribute)."
-           if own else "The tolerances are the design's validation ladder (DESIGN §5)."),
+           if own else "The tolerances are the validation ladder: every generated layer against the float64 reference, which is proven against Pinocchio."),
         "",
     ]
     rows = [[escape(what), prec, f"{rel:.0e}".replace("e-0", "e-")] for what, prec, rel in tolerances_of(alg)]

@@ -52,3 +52,16 @@ def emulated(name: str, spill: bool, dtype=np.float64):
 
 BACKENDS = [pytest.param("emulated", id="emulated"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]
 
+
+def robot_cases(kinds=("emulated", "gpu"), spills=(False, True)) -> list:
+    """``(kind, name, spill)`` parameters: host emulation on every CODEGEN_ROBOTS robot, the GPU
+    on GPU_ROBOTS (each library is an nvcc build of tens of seconds on the device machine)."""
+    out = []
+    for kind in kinds:
+        marks = [pytest.mark.gpu] if kind == "gpu" else []
+        for name in (GPU_ROBOTS if kind == "gpu" else CODEGEN_ROBOTS):
+            for spill in spills:
+                rung = "deepest-rung" if spill else "rung0"
+                out.append(pytest.param(kind, name, spill, id=f"{kind}-{name}-{rung}", marks=marks))
+    return out
+

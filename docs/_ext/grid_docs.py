@@ -199,18 +199,28 @@ def _run_body(path: Path, d: dict, outdir: Path, h200: dict, rtx5090: dict,
               parts=("time", "runtime", "fused", "tuning")) -> list[str]:
     """The plots and tables of one run, those of ``parts`` only."""
     out: list[str] = []
-    rows = d.get("time") or []
+    all_rows = d.get("time") or []
+    algs = sorted({r.get("algorithm", "inverse_dynamics") for r in all_rows}, key=lambda a: (a != "inverse_dynamics", a))
     if "time" in parts:
-        for robot in _robots(rows):
-            img = outdir / f"bench_{path.stem}_{robot}.png"
-            plot_robot(rows, robot, h200, rtx5090, img,
-                       f"inverse_dynamics, {robot}, float32 — {d.get('gpu', '?')}, {d.get('date', '?')[:10]}")
-            out += heading(robot, "~")
-            out += [f".. image:: /{GENERATED}/{img.name}", f"   :alt: inverse_dynamics kernel time vs N, {robot}",
-                    "   :width: 100%", ""]
-            out += _robot_table(rows, robot, h200, rtx5090)
-        out += _ab_table(rows)
-        out += _variants_table(rows)
+        for alg in algs:
+            rows = [r for r in all_rows if r.get("algorithm", "inverse_dynamics") == alg]
+            # anchors: upstream on the H200 measured inverse dynamics only; the published 5090 figures
+            # are per algorithm (older runs' module kept them flat, for inverse dynamics)
+            h200_a = h200 if alg == "inverse_dynamics" else {}
+            nested = rtx5090 and all(isinstance(v, dict) and all(isinstance(k, str) for k in v) for v in rtx5090.values())
+            rtx_a = rtx5090.get(alg, {}) if nested else (rtx5090 if alg == "inverse_dynamics" else {})
+            if len(algs) > 1:
+                out += heading(alg, "~")
+            for robot in _robots(rows):
+                img = outdir / f"bench_{path.stem}_{alg}_{robot}.png"
+                plot_robot(rows, robot, h200_a, rtx_a, img,
+                           f"{alg}, {robot}, float32 — {d.get('gpu', '?')}, {d.get('date', '?')[:10]}")
+                out += heading(f"{alg}, {robot}", "^" if len(algs) > 1 else "~")
+                out += [f".. image:: /{GENERATED}/{img.name}", f"   :alt: {alg} kernel time vs N, {robot}",
+                        "   :width: 100%", ""]
+                out += _robot_table(rows, robot, h200_a, rtx_a)
+            out += _ab_table(rows)
+            out += _variants_table(rows)
     if "runtime" in parts and isinstance(d.get("runtime"), dict):
         out += _runtime_tables(d["runtime"])
     fused = d.get("fused")
@@ -220,14 +230,18 @@ def _run_body(path: Path, d: dict, outdir: Path, h200: dict, rtx5090: dict,
                 *list_table(["robot", "batch", "fused µs", "layered µs", "ratio", "upstream (RTX 5090)"],
                             [["iiwa14", str(fused.get("batch", "?")), _us(fused["fused_us"]),
                               _us(fused["layered_us"]), f"{ratio:.2f}x", "7.65 / 28.70 µs, 3.75x"]])]
-    tuning = (d.get("tuning") or {}).get("robots") or {}
-    if "tuning" in parts and tuning:
-        out += [".. rubric:: Tuning baked into the header (grid_algorithms/inverse_dynamics.tuning.json)", "",
-                *list_table(["robot", "per-state layout from N", "P1 sweep form", "block N=256: levels / bodies µs"],
-                            [[r, str(v.get("per_state_min_n")), str(v.get("p1")),
-                              f"{_us((v.get('ab_block_n256_us') or {}).get('levels'))} / "
-                              f"{_us((v.get('ab_block_n256_us') or {}).get('bodies'))}"]
-                             for r, v in tuning.items()])]
+    tunings = d.get("tuning") or {}
+    if "robots" in tunings:  # older runs: inverse dynamics only
+        tunings = {"inverse_dynamics": tunings}
+    for alg, tun in tunings.items():
+        tuning = (tun or {}).get("robots") or {}
+        if "tuning" in parts and tuning:
+            out += [f".. rubric:: Tuning baked into the header (grid_algorithms/{alg}.tuning.json)", "",
+                    *list_table(["robot", "per-state layout from N", "P1 sweep form", "block N=256: levels / bodies µs"],
+                                [[r, str(v.get("per_state_min_n")), str(v.get("p1")),
+                                  f"{_us((v.get('ab_block_n256_us') or {}).get('levels'))} / "
+                                  f"{_us((v.get('ab_block_n256_us') or {}).get('bodies'))}"]
+                                 for r, v in tuning.items()])]
     return out
 
 

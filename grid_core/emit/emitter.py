@@ -1,11 +1,13 @@
 """The contract between the composer and an algorithm's code generator.
 
-An algorithm with a GPU implementation sets ``Algorithm.emitter`` to a subclass
-of :class:`Emitter`.  The composer builds one :class:`EmitContext` per algorithm
-(robot, options, the algorithm's arena plan, measured tuning) and asks the
-emitter for its nodes.  Emitters are pure functions of the context.
+An algorithm with a GPU implementation sets ``Algorithm.emitter`` to a subclass of
+:class:`Emitter`: declarations (which inputs it reads in place, which may be null, the
+inners it composes, its options) and the math (:meth:`Emitter.inner_body`,
+:meth:`Emitter.state_body`).  The composer builds one :class:`EmitContext` per algorithm
+(robot, options, the algorithm's arena plan, measured tuning) and the layer generator
+(:mod:`grid_core.emit.layers`) writes every layer from it.
 
-Naming and calling conventions every emitter follows (DESIGN §4, seeds 001/002):
+Naming and calling conventions every algorithm's layers follow:
 
 * ``X_inner`` (placement flags as template parameters), ``X_device``,
   ``X_kernel<T, RESOURCE_TIER>``, host ``X<T, ...>``;

@@ -5,7 +5,7 @@ An algorithm's emitter (:class:`~grid_core.emit.emitter.Emitter`) declares its p
 inputs it reads in place, which may be null, its per-algorithm options, and supplies the
 math: ``inner_body`` (block-cooperative, one state per block) and, where it has one,
 ``state_body`` (one state per thread, straight-line code).  :class:`Layers` writes the rest,
-the same way for every algorithm (seeds 001/002):
+the same way for every algorithm:
 
 * ``X_inner<T, R_IN_SMEM...>``: the math, placement of each scratch region chosen at its top;
 * ``X_device<T, R_IN_SMEM...>``: the inline rung: carves ``s_temp`` / ``d_workspace`` by the
@@ -169,11 +169,12 @@ class Layers:
         inner_params += self._param_params()
         self.inner = Signature(f"{self.name}_inner", inner_params, "__device__",
                                template=[T, *[TemplateParam("bool", f, "true") for f in self.flags]])
-        dev_in = [Param("const T *", f"s_{p.name}") if p.name not in self.global_inputs
-                  else Param("const T *", f"d_{p.name}") for p in self.states]
+        # the inline rung: shared-memory data, the model, this state's global inputs, params, scratch
+        dev_smem = [Param("const T *", f"s_{p.name}") for p in self.states if p.name not in self.global_inputs]
+        dev_global = [Param("const T *", f"d_{p.name}") for p in self.states if p.name in self.global_inputs]
         self.device = Signature(
             f"{self.name}_device",
-            [*out_s, *dev_in, Param("const robotModel<T> *", "d_robotModel"), *self._param_params(),
+            [*out_s, *dev_smem, Param("const robotModel<T> *", "d_robotModel"), *dev_global, *self._param_params(),
              Param("T *", "s_temp", "nullptr"), Param("T *", "d_workspace", "nullptr")],
             "__device__",
             template=[T, *[TemplateParam("bool", _flag(r.name), "true") for r in arena_emit.spillable(self.plan)]])
@@ -220,6 +221,7 @@ class Layers:
         self.workspace_bytes = Signature(
             f"{self.name}_workspace_bytes", [Param("int", "num_timesteps"), Param("LaunchConfig", "cfg", "LaunchConfig()")],
             "__host__", "size_t", template=[T])
+        self.host = self._host_signature()
 
     def _port(self, name: str):
         for p in self.states:
@@ -317,7 +319,7 @@ class Layers:
     def _inner_fn(self) -> n.Function:
         body: list = []
         if self.scratch_regions:
-            body.append(n.Comment("placement, chosen here at the top (seed 001): then the body is unchanged"))
+            body.append(n.Comment("placement, chosen here at the top: then the body is the same wherever the scratch lives"))
         for r in self.scratch_regions:
             f = _flag(r.name)
             body.append(n.Raw(f"if constexpr (!{f}) {{ s_{r.name} = d_{r.name}; }} else {{ (void)d_{r.name}; }}"))
@@ -600,28 +602,39 @@ class Layers:
             "pointers, contiguous (N, ...) arrays; a null input where allowed is zero or absent."))
         return [resolve, attr, ws, strided, plain]
 
-    def _host_fn(self) -> n.Function | None:
-        """``X(hd_data, ...)``: the gridData wrapper, for algorithms whose state inputs are among
-        q, qd, a third nv-vector (qdd or tau) and f_ext (gridData's input buffers)."""
+    def _host_parts(self):
+        """``(third input, its flag)`` of the gridData wrapper, or None when the algorithm's state
+        inputs are not among q, qd, a third nv-vector (qdd or tau) and f_ext (gridData's buffers)."""
         names = [p.name for p in self.states]
         third = names[2] if len(names) > 2 and names[2] != "f_ext" else None
         known = {"q", "qd", "f_ext"} | ({third} if third else set())
         if not names or names[0] != "q" or any(x not in known for x in names) or \
                 (len(names) > 1 and names[1] not in ("qd", "f_ext")):
             return None
-        fields = self.emitter.grid_data_names()
+        return third, (f"USE_{third.upper()}_FLAG" if third is not None and third in self.nullable else None)
+
+    def _host_signature(self) -> Signature | None:
+        parts = self._host_parts()
+        if parts is None:
+            return None
         template = [TemplateParam("typename", "T")]
-        third_flag = None
-        if third is not None and third in self.nullable:
-            third_flag = f"USE_{third.upper()}_FLAG"
-            template.append(TemplateParam("bool", third_flag, "false"))
+        if parts[1]:
+            template.append(TemplateParam("bool", parts[1], "false"))
         template.append(TemplateParam("bool", "USE_COMPRESSED_MEM", "false"))
-        sig = Signature(self.name, [
+        return Signature(self.name, [
             Param("gridData<T> *", "hd_data"), Param("const robotModel<T> *", "d_robotModel"),
             *[Param(PARAMS[p.name].ctype, p.name) for p in self.params], Param("const int", "num_timesteps"),
             Param("const dim3", "block_dimms"), Param("const dim3", "thread_dimms"), Param("cudaStream_t *", "streams")],
             "__host__", template=template)
-        self.host = sig
+
+    def _host_fn(self) -> n.Function | None:
+        """``X(hd_data, ...)``: the gridData wrapper (see :meth:`_host_parts`)."""
+        if self.host is None:
+            return None
+        names = [p.name for p in self.states]
+        third, third_flag = self._host_parts()
+        fields = self.emitter.grid_data_names()
+        sig = self.host
         use_third = third_flag or "true"
         body: list = [
             n.Comment("inputs: [q | qd] (+ the third apart) when compressed, else [q | qd | third]"),

@@ -16,7 +16,7 @@ from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
 
-from tests.generated import BACKENDS, CODEGEN_ROBOTS, backend, emulated
+from tests.generated import BACKENDS, backend, emulated, robot_cases
 
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 N = 6
@@ -29,9 +29,7 @@ def _cases(robot, rng):
     return (q, qd, qdd, f_ext), ref.inverse_dynamics(q, qd, qdd), ref.inverse_dynamics(q, qd, qdd, f_ext)
 
 
-@pytest.mark.parametrize("spill", [False, True], ids=["rung0", "deepest-rung"])
-@pytest.mark.parametrize("name", CODEGEN_ROBOTS)
-@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize(("kind", "name", "spill"), robot_cases())
 def test_generated_equals_reference(kind, name, spill, rng):
     robot = load(name)
     (q, qd, qdd, f_ext), expected, expected_f = _cases(robot, rng)

@@ -1,8 +1,8 @@
 """Gravity compensation: the joint forces that hold a configuration still against gravity.
 
 ``tau_g = gravity_compensation(q, gravity)`` equals inverse dynamics at rest,
-``ID(q, 0, 0)``.  Everything about the algorithm lives here, as for a built-in
-(DESIGN §2): the declaration and its float64 reference, the arenas and spill
+``ID(q, 0, 0)``.  Everything about the algorithm lives here, as for a built-in:
+the declaration and its float64 reference, the arenas and spill
 rungs, the parallelism review, and the math of its GPU emitter.
 
 The emitter composes ``inverse_dynamics`` by handle: it declares ``composes =

@@ -117,14 +117,15 @@ def test_gpu_equals_reference(name, dtype, rng):
             assert_close(out, expected, TOL[dtype], f"{name} GPU {layout} tier {tier}")
 
 
-def test_the_header_composes_inverse_dynamics_by_interface():
+def test_the_header_composes_inverse_dynamics_by_handle():
     from grid_core.composer import generate
 
     text = generate(robot("iiwa14"), ["gravity_compensation"])
-    # the dependency is emitted first, and called by name
+    # the dependency is emitted first, and called through the handle the composer gave
     assert text.index("void inverse_dynamics_inner(") < text.index("void gravity_compensation_inner(")
-    assert "inverse_dynamics_inner<T, VAF_IN_SMEM>(s_tau, s_q, s_zero, s_zero, nullptr" in text
-    assert "inverse_dynamics_state<T, false, false>(tau, q, zero, nullptr, nullptr, gravity)" in text
+    assert ("inverse_dynamics_inner<T, VAF_IN_SMEM>(s_tau_g, s_q, s_zero, s_zero, nullptr, s_XI, s_vaf, d_vaf, "
+            "gravity)") in text
+    assert "inverse_dynamics_state<T, false, false>(tau_g, q, zero, nullptr, nullptr, gravity)" in text
     for layer in ("gravity_compensation_device", "gravity_compensation_kernel", "gravity_compensation_launch",
                   "gravity_compensation_workspace_bytes", "GRAVITY_COMPENSATION_DEVICE_DYNAMIC_SHARED_MEM_BYTES",
                   "__host__ void gravity_compensation(gridData<T> *hd_data"):

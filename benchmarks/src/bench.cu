@@ -1,9 +1,13 @@
-// Timing and sanitizer driver for a generated header's inverse dynamics.
+// Timing and sanitizer driver for one algorithm of a generated header, through its launcher.
 //
-//   nvcc -std=c++17 -O3 -arch=sm_90 -include grid.cuh bench_inverse_dynamics.cu -o bench
+//   nvcc -std=c++17 -O3 -arch=sm_90 -include grid.cuh -DBENCH_ADAPTER='"adapter.h"' bench.cu -o bench
 //   ./bench time  --robot NAME --sizes 1,16,... --repeats 200 --warmup 20 --json out.json
 //   ./bench check                      (every layout, tier and block size on small batches;
 //                                       run under compute-sanitizer memcheck / racecheck)
+//
+// adapter.h (written by benchmarks/gpu_check.py from the algorithm's layer signatures) names
+// the algorithm's launcher, its per-state input and output sizes and its host wrapper, so one
+// driver serves every emitted algorithm.
 //
 // Kernel-only times are single launches bracketed by cudaEvents (median over repeats
 // after warm-up), the same way as an empty kernel of the same grid, timed in the same
@@ -12,6 +16,7 @@
 // "io" is the host wrapper: pinned inputs copied in, kernel, outputs copied back.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +26,7 @@
 #endif
 namespace g = GRID_NS;
 using T = float;
+#include BENCH_ADAPTER
 
 __global__ void empty_kernel() {}
 
@@ -31,36 +37,46 @@ static double median(std::vector<double> v) {
     return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// Random N(0, 1) inputs (a free-flyer's quaternion is normalised by the kernel), one buffer per
+// input and output; optional inputs (f_ext) are timed absent and checked present.
 struct Buffers {
     int n;
-    T *q, *qd, *qdd, *tau, *ws;
+    T *in[ad::NUM_IN], *out[ad::NUM_OUT], *ws;
     size_t ws_bytes;
     explicit Buffers(int n_) : n(n_) {
         std::mt19937 rng(1234 + n_);
         std::normal_distribution<float> nd(0.f, 1.f);
-        std::vector<T> h_q(size_t(n) * g::NUM_POS), h_v(size_t(n) * g::NUM_VEL);
-        for (auto &x : h_q) x = nd(rng);
-        CHECK(cudaMalloc(&q, h_q.size() * sizeof(T)));
-        CHECK(cudaMemcpy(q, h_q.data(), h_q.size() * sizeof(T), cudaMemcpyHostToDevice));
-        for (T **p : {&qd, &qdd}) {
-            for (auto &x : h_v) x = nd(rng);
-            CHECK(cudaMalloc(p, h_v.size() * sizeof(T)));
-            CHECK(cudaMemcpy(*p, h_v.data(), h_v.size() * sizeof(T), cudaMemcpyHostToDevice));
+        for (int k = 0; k < ad::NUM_IN; ++k) {
+            std::vector<T> h(size_t(n) * ad::IN_SIZE[k]);
+            for (auto &x : h) x = ad::IN_OPTIONAL[k] ? T(0.5) : nd(rng);
+            CHECK(cudaMalloc(&in[k], h.size() * sizeof(T)));
+            CHECK(cudaMemcpy(in[k], h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
         }
-        CHECK(cudaMalloc(&tau, h_v.size() * sizeof(T)));
-        ws_bytes = size_t(g::MAX_WORKSPACE_BLOCKS) * g::INVERSE_DYNAMICS_WORKSPACE_BYTES<T, g::TIER_MINIMAL>() + 16;
+        for (int k = 0; k < ad::NUM_OUT; ++k) CHECK(cudaMalloc(&out[k], size_t(n) * ad::OUT_SIZE[k] * sizeof(T)));
+        ws_bytes = size_t(g::MAX_WORKSPACE_BLOCKS) * ad::workspace_bytes_minimal() + 16;
         CHECK(cudaMalloc(&ws, ws_bytes));
     }
-    ~Buffers() { cudaFree(q); cudaFree(qd); cudaFree(qdd); cudaFree(tau); cudaFree(ws); }
+    size_t out_values() const {
+        size_t v = 0;
+        for (int k = 0; k < ad::NUM_OUT; ++k) v += size_t(n) * ad::OUT_SIZE[k];
+        return v;
+    }
+    ~Buffers() {
+        for (T *p : in) cudaFree(p);
+        for (T *p : out) cudaFree(p);
+        cudaFree(ws);
+    }
 };
 
-static cudaError_t launch(Buffers &b, g::LaunchConfig cfg, cudaStream_t s, const T *f_ext = nullptr) {
-    return g::inverse_dynamics_launch<T>(b.tau, b.q, b.qd, b.qdd, f_ext, nullptr, b.n, cfg, b.ws, b.ws_bytes, s);
+static cudaError_t launch(Buffers &b, g::LaunchConfig cfg, cudaStream_t s, bool optional = false) {
+    T *in[ad::NUM_IN];
+    for (int k = 0; k < ad::NUM_IN; ++k) in[k] = ad::IN_OPTIONAL[k] && !optional ? nullptr : b.in[k];
+    return ad::launch(b.out, in, b.n, cfg, b.ws, b.ws_bytes, s);
 }
 
 static void grid_of(const Buffers &b, g::LaunchConfig cfg, int &blocks, int &threads) {
-    if (g::inverse_dynamics_resolve_layout(b.n, cfg.layout) == g::LAYOUT_PER_STATE) {
-        threads = cfg.threads > 0 ? cfg.threads : g::INVERSE_DYNAMICS_PER_STATE_THREADS;
+    if (ad::resolve_layout(b.n, cfg.layout) == g::LAYOUT_PER_STATE) {
+        threads = cfg.threads > 0 ? cfg.threads : ad::PER_STATE_THREADS;
         blocks = (b.n + threads - 1) / threads;
     } else {
         threads = cfg.threads > 0 ? cfg.threads : g::MAX_PERF_LEVEL_THREADS;
@@ -144,18 +160,18 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
                 for (size_t i = 0; i < size_t(n) * (g::NUM_POS + g::NUM_VEL); ++i) hd->h_q_qd[i] = nd(rng);
                 for (size_t i = 0; i < size_t(n) * g::NUM_VEL; ++i) hd->h_qdd[i] = nd(rng);
                 io = time_host([&] {
-                    g::inverse_dynamics<T, true, true>(hd, nullptr, g::Gravity<T>(), n, dim3(n), dim3(g::MAX_PERF_LEVEL_THREADS), streams);
+                    ad::host(hd, nullptr, n, dim3(n), dim3(g::MAX_PERF_LEVEL_THREADS), streams);
                 }, std::max(20, repeats / 4), 5, s);
                 g::close_grid_streams(streams);
                 g::close_grid<T>(hd);
             }
             const char *lname = layout == g::LAYOUT_AUTO ? "auto" : (layout == g::LAYOUT_BLOCK ? "block" : "per_state");
-            int resolved = g::inverse_dynamics_resolve_layout(n, layout);
+            int resolved = ad::resolve_layout(n, layout);
             std::fprintf(out,
-                "%s  {\"robot\": \"%s\", \"algorithm\": \"inverse_dynamics\", \"n\": %d, \"layout\": \"%s\", "
+                "%s  {\"robot\": \"%s\", \"algorithm\": \"%s\", \"n\": %d, \"layout\": \"%s\", "
                 "\"resolved\": \"%s\", \"blocks\": %d, \"threads\": %d, \"kernel_us\": %.3f, \"empty_us\": %.3f, "
                 "\"graph_us\": %.3f, \"graph_empty_us\": %.3f, \"resident_us\": %.3f, \"io_us\": %.3f}",
-                first ? "" : ",\n", robot.c_str(), n, lname,
+                first ? "" : ",\n", robot.c_str(), ad::ALGO, n, lname,
                 resolved == g::LAYOUT_PER_STATE ? "per_state" : "block", blocks, threads, kernel, empty, graph,
                 graph_empty, resident, io);
             first = false;
@@ -167,22 +183,37 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
     return 0;
 }
 
-// Every layout, tier and block size on small batches (with and without f_ext), plus the
-// host wrapper; results of the block layout at every config must equal the first one.
+// Every layout, tier and block size on small batches (with and without the optional inputs),
+// plus the host wrapper; every config's results must equal the first block-layout run's.
+static bool same(const std::vector<T> &a, const std::vector<T> &b) {
+    for (size_t i = 0; i < a.size(); ++i)
+        if (!(std::abs(a[i] - b[i]) <= 1e-4f * (1.f + std::abs(b[i])))) return false;
+    return true;
+}
+
+static void fetch(const Buffers &b, std::vector<T> &got) {
+    size_t at = 0;
+    for (int k = 0; k < ad::NUM_OUT; ++k) {
+        const size_t count = size_t(b.n) * ad::OUT_SIZE[k];
+        CHECK(cudaMemcpy(got.data() + at, b.out[k], count * sizeof(T), cudaMemcpyDeviceToHost));
+        at += count;
+    }
+}
+
+static void poison(const Buffers &b) {
+    for (int k = 0; k < ad::NUM_OUT; ++k) CHECK(cudaMemset(b.out[k], 0xff, size_t(b.n) * ad::OUT_SIZE[k] * sizeof(T)));
+}
+
 static int run_check() {
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
     const int n = 37;
     Buffers b(n);
-    T *f_ext;
-    std::vector<T> h_f(size_t(n) * 6 * g::NUM_BODIES, T(0.5));
-    CHECK(cudaMalloc(&f_ext, h_f.size() * sizeof(T)));
-    CHECK(cudaMemcpy(f_ext, h_f.data(), h_f.size() * sizeof(T), cudaMemcpyHostToDevice));
-    std::vector<T> first(size_t(n) * g::NUM_VEL), got(first.size());
+    std::vector<T> first(b.out_values()), got(first.size());
     int failures = 0, runs = 0;
     const int tier_max[3] = {g::tier_max_threads<g::TIER_SHARED>(), g::tier_max_threads<g::TIER_LITE>(),
                              g::tier_max_threads<g::TIER_MINIMAL>()};
-    for (int use_f = 0; use_f < 2; ++use_f) {
+    for (int optional = 0; optional < (ad::HAS_OPTIONAL ? 2 : 1); ++optional) {
         bool have_first = false;
         for (int tier = 0; tier < 3; ++tier) {
             for (int threads : {32, 64, 128, g::MAX_PERF_LEVEL_THREADS, tier_max[tier]}) {
@@ -190,13 +221,12 @@ static int run_check() {
                 for (int blocks : {0, 5}) {
                     g::LaunchConfig cfg;
                     cfg.layout = g::LAYOUT_BLOCK; cfg.tier = tier; cfg.threads = threads; cfg.blocks = blocks;
-                    CHECK(cudaMemset(b.tau, 0xff, first.size() * sizeof(T)));
-                    CHECK(launch(b, cfg, s, use_f ? f_ext : nullptr));
+                    poison(b);
+                    CHECK(launch(b, cfg, s, optional));
                     CHECK(cudaStreamSynchronize(s));
-                    CHECK(cudaMemcpy(got.data(), b.tau, got.size() * sizeof(T), cudaMemcpyDeviceToHost));
+                    fetch(b, got);
                     if (!have_first) { first = got; have_first = true; }
-                    for (size_t i = 0; i < got.size(); ++i)
-                        if (!(std::abs(got[i] - first[i]) <= 1e-4f * (1.f + std::abs(first[i])))) { ++failures; break; }
+                    failures += !same(got, first);
                     ++runs;
                 }
             }
@@ -206,14 +236,13 @@ static int run_check() {
             g::LaunchConfig cfg;
             cfg.layout = g::LAYOUT_PER_STATE; cfg.threads = std::abs(threads);
             cfg.stage_io = threads < 0;
-            if (cfg.stage_io && cfg.threads > g::INVERSE_DYNAMICS_STAGED_THREADS<T>()) continue;
+            if (cfg.stage_io && cfg.threads > ad::staged_threads()) continue;
             if (cfg.stage_io) cfg.blocks = 1;
-            CHECK(cudaMemset(b.tau, 0xff, first.size() * sizeof(T)));
-            CHECK(launch(b, cfg, s, use_f ? f_ext : nullptr));
+            poison(b);
+            CHECK(launch(b, cfg, s, optional));
             CHECK(cudaStreamSynchronize(s));
-            CHECK(cudaMemcpy(got.data(), b.tau, got.size() * sizeof(T), cudaMemcpyDeviceToHost));
-            for (size_t i = 0; i < got.size(); ++i)
-                if (!(std::abs(got[i] - first[i]) <= 1e-4f * (1.f + std::abs(first[i])))) { ++failures; break; }
+            fetch(b, got);
+            failures += !same(got, first);
             ++runs;
         }
     }
@@ -224,14 +253,13 @@ static int run_check() {
         g::gridData<T> *hd = g::init_gridData<T>(m);
         for (size_t i = 0; i < size_t(m) * (g::NUM_POS + g::NUM_VEL); ++i) hd->h_q_qd[i] = T(0.1) * (i % 7);
         for (size_t i = 0; i < size_t(m) * g::NUM_VEL; ++i) hd->h_qdd[i] = T(0.2);
-        g::inverse_dynamics<T, true, true>(hd, model, g::Gravity<T>(), m, dim3(m), dim3(64), streams);
+        ad::host(hd, model, m, dim3(m), dim3(64), streams);
         g::close_grid<T>(hd);
         ++runs;
     }
     g::close_grid_streams(streams);
     g::close_robotModel<T>(model);
-    cudaFree(f_ext);
-    std::printf("check: %d runs, %d mismatches\n", runs, failures);
+    std::printf("check: %s, %d runs, %d mismatches\n", ad::ALGO, runs, failures);
     return failures ? 1 : 0;
 }
 

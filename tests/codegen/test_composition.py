@@ -1,0 +1,138 @@
+"""The pattern every GPU algorithm follows (grid_core.emit.layers), checked on what is emitted:
+
+* no emitter under grid_algorithms/ or examples/ hand-writes an offset, a padding or another
+  algorithm's call (the generator and the composer's handle own those);
+* the example plugin composes inverse dynamics by handle: its kernel loads XImats once per
+  state (in its device layer) and its inner calls inverse_dynamics' inner, the call node made
+  from the very signature that emits inverse_dynamics;
+* a call is checked against its callee's signature at generation time.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from conftest import load
+from grid_core.composer import Composer, GenerateOptions, generate
+from grid_core.emit import nodes as n
+from grid_core.emit.signature import Call, Param, Signature, TemplateParam
+from grid_core.errors import CodegenError
+from grid_core.hooks import build_registry, registry
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "plugin_gravity_compensation" / "grid_example_gravity" / "gravity_compensation.py"
+HAND_WRITTEN = [
+    (re.compile(r"\b[sd]_\w+\s*\+\s*\d+\b"), "a hand-computed offset (s_arena + 8)"),
+    (re.compile(r"\d+\s*\*\s*NUM_(BODIES|VEL|POS|JOINTS)\b"), "an offset in robot sizes (6 * NUM_BODIES)"),
+    (re.compile(r"-\(-.*//\s*\d+\)\s*\*\s*\d+"), "hand padding arithmetic"),
+]
+
+
+def _strings(source: str) -> list[tuple[int, str]]:
+    """The string literals of a Python source (what an emitter prints), with their lines."""
+    out = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.STRING:
+            out.append((tok.start[0], tok.string))
+    return out
+
+
+def _defects(path: Path, own: set[str], others: set[str]) -> list[str]:
+    source = path.read_text()
+    found = []
+    for line, text in _strings(source):
+        for pattern, what in HAND_WRITTEN:
+            if pattern.search(text):
+                found.append(f"{path.name}:{line}: {what}: {text[:80]}")
+        for m in re.finditer(r"\b(\w+?)_(inner|state|device|kernel|launch)\s*[<(]", text):
+            if m.group(1) in others - own:
+                found.append(f"{path.name}:{line}: a hand-typed call of {m.group(0)}: {text[:80]}")
+    # f-strings: the pieces outside the braces are in the literal already; a Python-side
+    # padding formula is code, not a string
+    for lineno, line in enumerate(source.splitlines(), 1):
+        if re.search(r"-\(-.*//\s*\d+\)\s*\*\s*\d+", line):
+            found.append(f"{path.name}:{lineno}: hand padding arithmetic: {line.strip()[:80]}")
+    return found
+
+
+def _emitter_modules():
+    algs = registry().algorithms
+    paths = sorted((ROOT / "grid_algorithms").glob("*.py")) + sorted((ROOT / "examples").rglob("*.py"))
+    return [p for p in paths if "tests" not in p.parts], set(algs) | {"gravity_compensation"}
+
+
+def test_no_emitter_hand_writes_offsets_or_other_algorithms_calls():
+    paths, names = _emitter_modules()
+    defects = []
+    for path in paths:
+        own = {path.stem}
+        defects += _defects(path, own, names)
+    assert not defects, "\n".join(defects)
+
+
+def test_the_scan_finds_what_the_first_emitter_did(tmp_path):
+    """The retired patterns (the first emitter's, and the example's copy of it) are caught."""
+    bad = tmp_path / "gravity_compensation.py"
+    bad.write_text(
+        'A = "T *s_q = s_arena + 8"\n'
+        'B = "T *s_a = s_vaf + 6 * NUM_BODIES"\n'
+        'off = -(-r.elements // 4) * 4\n'
+        'C = "inverse_dynamics_inner<T, VAF_IN_SMEM>(s_tau, s_q, s_zero, s_zero, nullptr, s_XI, s_vaf, d_vaf, g)"\n')
+    found = _defects(bad, {"gravity_compensation"}, {"inverse_dynamics", "gravity_compensation"})
+    assert {f.split(":")[1] for f in found} == {"1", "2", "3", "4"}, found
+
+
+def _example_registry():
+    spec = importlib.util.spec_from_file_location("grid_example_gravity_under_test", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return build_registry(extra_plugins=[("gravity_compensation_under_test", module)])
+
+
+def _function(text: str, name: str) -> str:
+    start = re.search(rf"\n__\w+__ [^\n]*\b{name}\(", text).start()
+    return text[start:text.index("\n}\n", start)]
+
+
+@pytest.mark.parametrize("robot", ["iiwa14", "go2"])
+def test_example_loads_ximats_once_and_calls_the_inner_by_handle(robot):
+    reg = _example_registry()
+    r = load(robot)
+    text = generate(r, ["gravity_compensation"], registry=reg)
+    device = _function(text, "gravity_compensation_device")
+    inner = _function(text, "gravity_compensation_inner")
+    kernel = _function(text, "gravity_compensation_kernel")
+    # once per state: the kernel calls the device layer once per state, which loads once
+    assert device.count("load_update_XImats<T>(") == 1
+    assert "load_update_XImats" not in inner and "load_update_XImats" not in kernel
+    assert kernel.count("gravity_compensation_device<T,") == 3  # one per tier
+    assert "inverse_dynamics_inner<T, VAF_IN_SMEM>(s_tau_g, s_q, s_zero, s_zero, nullptr, s_XI, s_vaf, d_vaf, " \
+           "gravity);" in inner
+    assert "inverse_dynamics_state<T, false, false>(tau_g, q, zero, nullptr, nullptr, gravity);" in text
+    # the call node's callee is the signature inverse_dynamics is emitted from (the handle)
+    composer = Composer(r, GenerateOptions(), reg)
+    mine, rnea = composer.layers("gravity_compensation"), composer.layers("inverse_dynamics")
+    inner_fn = next(x for x in mine.emit() if isinstance(x, n.Function) and x.signature is mine.inner)
+    calls = [x for x in inner_fn.body if isinstance(x, Call)]
+    assert [c.callee for c in calls] == [rnea.inner]
+    assert rnea.inner is composer.layers("inverse_dynamics").inner
+    # the composed band is the callee's region, planned into the orchestrator's arena
+    assert {r.name for r in mine.scratch_regions} == {"zero", "vaf"}
+
+
+def test_calls_are_checked_against_the_signature():
+    sig = Signature("f_inner", [Param("T *", "s_x"), Param("const T *", "s_y"), Param("T *", "s_temp", "nullptr")],
+                    template=[TemplateParam("typename", "T"), TemplateParam("bool", "X_IN_SMEM", "true")])
+    assert sig.call({"s_x": "a", "s_y": "b"}, {"T": "T"}).expr() == "f_inner<T>(a, b)"
+    with pytest.raises(CodegenError, match="missing argument 's_y'"):
+        sig.call({"s_x": "a"})
+    with pytest.raises(CodegenError, match="no parameter 's_z'"):
+        sig.call({"s_x": "a", "s_y": "b", "s_z": "c"})
+    with pytest.raises(CodegenError, match="no template parameter"):
+        sig.call({"s_x": "a", "s_y": "b"}, {"T": "T", "Y_IN_SMEM": "true"})
