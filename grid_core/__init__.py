@@ -19,7 +19,8 @@ from .reference import Reference  # noqa: E402
 
 # The generator and the runtime load on first use: a plugin importing what it needs
 # (Algorithm, Port, hookimpl) pulls in neither the composer, the C ABI nor the runtime.
-_LAZY = {"RobotHandle": ("grid_core.runtime", "RobotHandle"), "generate": ("grid_core.composer", "generate")}
+_LAZY = {"RobotHandle": ("grid_core.runtime", "RobotHandle"), "generate": ("grid_core.composer", "generate"),
+         "CpuHandle": ("grid_core.runtime.cpu", "CpuHandle")}
 
 
 def __getattr__(name: str):
@@ -37,6 +38,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Algorithm",
+    "CpuHandle",
     "Port",
     "Reference",
     "Robot",

@@ -66,7 +66,7 @@ class _Plan:
         # each entry's prefilled words; read by the C form and copied per thread, never written
         self._templates = {"host": self._type(*words[:-1], transfer), "device": self._type(*words)}
         lib, stem = backend._lib(), f"grid_abi_{alg.name}_{backend._suffix()}"
-        self.host_fn = getattr(lib, f"{stem}_host_packed")  # no argtypes: an array passes as its address
+        self.host_fn = getattr(lib, f"{stem}{backend.host_form}_packed")  # no argtypes: an array passes as its address
         self.device_fn = getattr(lib, f"{stem}_packed")
         self.local = threading.local()
         # the C form of the numpy path (grid_core.runtime.fastcall), when it could be built
@@ -182,6 +182,9 @@ def load_abi(path) -> ctypes.CDLL:
 class AbiBackend:
     """Outputs are poisoned with NaN before each call, so an element the kernel never
     writes fails the comparison."""
+
+    # the C entry of the numpy path, grid_abi_X_f64{host_form} and its packed form
+    host_form = "_host"
 
     def __init__(self, robot, algorithms, dtype, *, layout="auto", tier=0, threads=0, blocks=0, transfer="auto"):
         from ..loader import load_robot
@@ -304,7 +307,7 @@ class AbiBackend:
         plan = plans.get(alg.name)
         if plan is None:
             ins, outs = self._ports(alg)
-            fn = getattr(self._lib(), f"grid_abi_{alg.name}_{self._suffix()}_host")
+            fn = getattr(self._lib(), f"grid_abi_{alg.name}_{self._suffix()}{self.host_form}")
             nargs = len(outs) + sum(1 for p in ins if p.kind in ("state", "param"))
             fn.argtypes = [ctypes.c_void_p] * nargs + [ctypes.c_int] * 6
             defaults = {p.name: np.ascontiguousarray(p.default, dtype=self.dtype)

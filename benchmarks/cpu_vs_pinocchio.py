@@ -1,0 +1,200 @@
+"""Time ``grid_core.CpuHandle`` against plain Pinocchio in C++, per state, on this machine.
+
+Both in the same run, on the same URDFs (``robots/*.urdf``, Pinocchio with
+``JointModelFreeFlyer`` where the robot's natural base floats): Pinocchio's ``rnea``,
+``crba``, ``computeMinverse``, ``aba``, ``computeRNEADerivatives`` and
+``computeABADerivatives`` over a batch of random states on one core
+(``benchmarks/src/pinocchio_timing.cpp``, built against the ``pin`` wheel's headers and
+libraries), and every algorithm the header emits through ``CpuHandle`` at the same batch
+size with 1 and 2 worker threads (one call per round, ``out=`` reused).  Times are ns per
+state: the median of the rounds, with their range.
+
+    pip install -e .[test] cmeel-eigen cmeel-urdfdom-headers   # Pinocchio's C++ dependencies' headers
+    python benchmarks/cpu_vs_pinocchio.py [--robots iiwa14 hyq atlas g1] [--n 1024] [--rounds 21]
+
+writes ``benchmarks/results/cpu/<date>_<commit>.json`` and ``cpu_vs_pinocchio.rst`` there (the
+table the docs' benchmark page includes).
+
+Pinocchio is compiled at ``-O3`` for the wheel's generic x86-64 target, as its libraries
+are (``-march=native`` would change Eigen's alignment and break the ABI with the wheel's
+URDF parser), using the wheel's instantiated algorithms; ``CpuHandle`` at its own flags
+(``grid_core.runtime.cpu.FLAGS``, ``-O3 -march=native``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import tomllib
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+ROBOTS = ("iiwa14", "hyq", "atlas", "g1")
+# Pinocchio's function -> our algorithms computing the same thing (the first one emitted is timed),
+# and the target: at most this fraction of Pinocchio's time
+PAIRS = {
+    "rnea": (("inverse_dynamics",), 0.5),
+    "crba": (("crba",), 0.5),
+    "computeMinverse": (("minv",), 0.5),
+    "aba": (("forward_dynamics", "aba"), 0.5),
+    "computeRNEADerivatives": (("inverse_dynamics_gradient",), 1.0),
+    "computeABADerivatives": (("forward_dynamics_gradient",), 1.0),
+}
+PIN_DEFINES = ("PINOCCHIO_ENABLE_TEMPLATE_INSTANTIATION", "PINOCCHIO_WITH_URDFDOM", "BOOST_MPL_LIMIT_LIST_SIZE=30",
+               "BOOST_MPL_LIMIT_VECTOR_SIZE=30", "BOOST_MPL_CFG_NO_PREPROCESSED_HEADERS",
+               "BOOST_FUSION_INVOKE_MAX_ARITY=12", "PINOCCHIO_URDFDOM_HEADERS_MAJOR_VERSION=3",
+               "PINOCCHIO_URDFDOM_HEADERS_MINOR_VERSION=0", "PINOCCHIO_URDFDOM_HEADERS_PATCH_VERSION=0")
+
+
+def pinocchio_program() -> Path:
+    """The timing program, built once per content (grid_core.buildcache)."""
+    import pinocchio
+
+    from grid_core import buildcache
+
+    prefix = Path(pinocchio.__file__).resolve()
+    while prefix.name != "cmeel.prefix":
+        prefix = prefix.parent
+    inc = prefix / "include"
+    cmd = [*buildcache.host_compiler(), "-std=c++17", "-O3", "-DNDEBUG", *(f"-D{d}" for d in PIN_DEFINES),
+           f"-I{inc}", f"-I{inc / 'eigen3'}", f"-I{inc / 'urdfdom_headers'}", f"-I{inc / 'urdfdom'}",
+           "pinocchio_timing.cpp", "-o", "{out}", f"-L{prefix / 'lib'}", f"-Wl,-rpath,{prefix / 'lib'}",
+           "-lpinocchio_parsers", "-lpinocchio_default", "-lurdfdom_model", "-lconsole_bridge", "-ltinyxml2"]
+    source = (ROOT / "benchmarks" / "src" / "pinocchio_timing.cpp").read_text()
+    print("building the Pinocchio timing program (minutes the first time)...", file=sys.stderr, flush=True)
+    path, _ = buildcache.build("pinocchio-timing", {"pinocchio_timing.cpp": source}, cmd, "pinocchio_timing",
+                               extra={"pinocchio": pinocchio.__version__})
+    return path
+
+
+def spread(values) -> dict:
+    v = np.asarray(values, dtype=float)
+    return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max())}
+
+
+def time_pinocchio(program: Path, urdf: Path, floating: bool, n: int, rounds: int) -> dict:
+    out = subprocess.run([str(program), str(urdf), "1" if floating else "0", str(n), str(rounds)],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        name, *values = line.split()
+        rows[name] = [float(v) for v in values if v != "nv"]  # the first line: nq N nv N
+    return rows
+
+
+def time_ours(robot, threads: int, n: int, rounds: int, rng) -> dict:
+    import grid_core
+    from grid_core.testing import random_state
+
+    handle = grid_core.CpuHandle(robot, threads=threads)
+    q, qd, qdd = random_state(robot, rng, n)
+    tau = rng.uniform(-1, 1, qd.shape)
+    values = {"q": q, "qd": qd, "qdd": qdd, "tau": tau}
+    result = {}
+    for name in handle._emitted():
+        alg = grid_core.algorithms()[name]
+        args = [values[p.name] for p in alg.inputs(robot) if p.kind == "state" and not p.optional]
+        fn = getattr(handle, name)
+        out = fn(*args)
+        for _ in range(3):
+            fn(*args, out=out)
+        samples = []
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            fn(*args, out=out)
+            samples.append((time.perf_counter() - t0) / n * 1e9)
+        result[name] = samples
+    return result
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def rst_table(data: dict) -> str:
+    def fmt(s):
+        return f"{s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f})" if s else "—"
+
+    lines = [
+        (f"CPU results of ``benchmarks/cpu_vs_pinocchio.py``: {data['date'][:10]}, {data['cpu']} "
+         f"({data['cores']} cores), commit ``{data['commit']}``, batch {data['n']}, {data['rounds']} rounds.  "
+         "ns per state, median (range); *ratio*: ours on one thread over Pinocchio; *target*: the ratio to reach; "
+         "*2 threads x*: the speed-up of two worker threads over one."),
+        "",
+        ".. list-table::",
+        "   :header-rows: 1",
+        "",
+    ]
+    header = ["robot", "Pinocchio", "ns/state", "GRiD", "1 thread", "2 threads", "ratio", "target", "2 threads x"]
+    lines.append("   * - " + "\n     - ".join(header))
+    for row in data["rows"]:
+        ours1, ours2 = row.get("ours_1"), row.get("ours_2")
+        ratio = f"{ours1['median'] / row['pinocchio']['median']:.2f}" if ours1 else "—"
+        holds = ours1 and ours1["median"] <= row["target"] * row["pinocchio"]["median"]
+        held = "" if not ours1 else (" ✓" if holds else " ✗")
+        scale = f"{ours1['median'] / ours2['median']:.2f}" if ours1 and ours2 else "—"
+        cells = [row["robot"], f"``{row['pinocchio_fn']}``", fmt(row["pinocchio"]),
+                 f"``{row['ours']}``" if row["ours"] else "not generated", fmt(ours1), fmt(ours2), ratio + held,
+                 f"≤ {row['target']:g}", scale]
+        lines.append("   * - " + "\n     - ".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--robots", nargs="+", default=list(ROBOTS))
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cpu")
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    import grid_core
+
+    program = pinocchio_program()
+    manifest = tomllib.loads((ROOT / "robots" / "robots.toml").read_text())
+    rng = np.random.default_rng(0)
+    rows = []
+    for name in args.robots:
+        entry = manifest[name]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            robot = grid_core.load_robot(name)
+        pin = time_pinocchio(program, ROOT / "robots" / entry["file"], entry.get("floating_base", False), args.n,
+                             args.rounds)
+        nq, nv = pin.pop("nq")
+        if (nq, nv) != (robot.nq, robot.nv):
+            raise SystemExit(f"{name}: Pinocchio's model has nq {nq:g} nv {nv:g}, ours {robot.nq} {robot.nv}")
+        ours = {t: time_ours(robot, t, args.n, args.rounds, rng) for t in (1, 2)}
+        for fn, (candidates, target) in PAIRS.items():
+            mine = next((c for c in candidates if c in ours[1]), None)
+            rows.append({"robot": name, "nv": robot.nv, "pinocchio_fn": fn, "pinocchio": spread(pin[fn]),
+                         "ours": mine, "target": target,
+                         **{f"ours_{t}": spread(ours[t][mine]) if mine else None for t in (1, 2)}})
+        print(f"{name}: done", file=sys.stderr, flush=True)
+    stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
+    data = {"date": stamp, "commit": commit(), "cpu": cpu, "cores": os.cpu_count(), "n": args.n,
+            "rounds": args.rounds, "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{stamp[:10]}_{data['commit']}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.out / "cpu_vs_pinocchio.rst").write_text(rst_table(data))
+    print(rst_table(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+// Plain Pinocchio in C++, timed per state on one core: the reference row of
+// benchmarks/cpu_vs_pinocchio.py.  Built against the `pin` wheel's headers and libraries
+// (site-packages/cmeel.prefix) by that script.
+//
+//   pinocchio_timing URDF FLOATING(0|1) N ROUNDS
+//
+// Draws N random states (q = integrate(neutral, v), v, a and tau uniform in [-1, 1]), then for
+// each algorithm runs ROUNDS sweeps over the N states and prints one line per algorithm:
+// `name ns_per_state_round1 ns_per_state_round2 ...`.
+#include <pinocchio/algorithm/aba-derivatives.hpp>
+#include <pinocchio/algorithm/aba.hpp>
+#include <pinocchio/algorithm/crba.hpp>
+#include <pinocchio/algorithm/joint-configuration.hpp>
+#include <pinocchio/algorithm/rnea-derivatives.hpp>
+#include <pinocchio/algorithm/rnea.hpp>
+#include <pinocchio/multibody.hpp>
+#include <pinocchio/parsers/urdf.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pin = pinocchio;
+
+int main(int argc, char **argv) {
+    if (argc != 5) {
+        std::fprintf(stderr, "usage: %s URDF FLOATING(0|1) N ROUNDS\n", argv[0]);
+        return 2;
+    }
+    pin::Model model;
+    if (std::atoi(argv[2]))
+        pin::urdf::buildModel(argv[1], pin::JointModelFreeFlyer(), model);
+    else
+        pin::urdf::buildModel(argv[1], model);
+    pin::Data data(model);
+    const int n = std::atoi(argv[3]), rounds = std::atoi(argv[4]);
+    std::srand(12345);
+    std::vector<Eigen::VectorXd> q(n), v(n), a(n), tau(n);
+    for (int i = 0; i < n; ++i) {
+        v[i] = Eigen::VectorXd::Random(model.nv);
+        a[i] = Eigen::VectorXd::Random(model.nv);
+        tau[i] = Eigen::VectorXd::Random(model.nv);
+        q[i] = pin::integrate(model, pin::neutral(model), Eigen::VectorXd::Random(model.nv));
+    }
+    Eigen::MatrixXd d1 = Eigen::MatrixXd::Zero(model.nv, model.nv), d2 = d1, d3 = d1;
+    double sink = 0;  // keeps every result live
+    const std::vector<std::pair<const char *, std::function<void(int)>>> algorithms = {
+        {"rnea", [&](int i) { sink += pin::rnea(model, data, q[i], v[i], a[i])[0]; }},
+        {"crba", [&](int i) { sink += pin::crba(model, data, q[i])(0, 0); }},
+        {"computeMinverse", [&](int i) { sink += pin::computeMinverse(model, data, q[i])(0, 0); }},
+        {"aba", [&](int i) { sink += pin::aba(model, data, q[i], v[i], tau[i])[0]; }},
+        {"computeRNEADerivatives", [&](int i) {
+             pin::computeRNEADerivatives(model, data, q[i], v[i], a[i], d1, d2, d3);
+             sink += d1(0, 0) + d2(0, 0);
+         }},
+        {"computeABADerivatives", [&](int i) {
+             pin::computeABADerivatives(model, data, q[i], v[i], tau[i], d1, d2, d3);
+             sink += d1(0, 0) + d2(0, 0);
+         }},
+    };
+    std::printf("nq %d nv %d\n", model.nq, model.nv);
+    for (const auto &[name, run] : algorithms) {
+        for (int i = 0; i < n; ++i) run(i);  // warm-up sweep
+        std::printf("%s", name);
+        for (int r = 0; r < rounds; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < n; ++i) run(i);
+            const std::chrono::duration<double, std::nano> dt = std::chrono::steady_clock::now() - t0;
+            std::printf(" %.1f", dt.count() / n);
+        }
+        std::printf("\n");
+        std::fflush(stdout);
+    }
+    std::fprintf(stderr, "%g\n", sink);
+    return 0;
+}

@@ -1,0 +1,171 @@
+"""``CpuHandle``: the generated kernels compiled as optimised host C++, on the CPU's cores.
+
+The same header and C ABI as the GPU library, built with ``GRID_HOST_CPU`` (host emulation
+without the arena asserts, grid_core/emit/prelude.cuh) at ``-O3 -march=native``: the per-state
+layout's straight-line code with the robot's constants folded, one state per block, the
+launch's blocks split over worker threads in contiguous ranges.  Its numpy entry
+(``grid_abi_X_f64_cpu``) checks the inputs finite and calls the ABI's device form in place:
+in host emulation a device pointer is a host pointer, so nothing is staged.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import platform
+import subprocess
+
+import numpy as np
+
+from .. import buildcache
+from .backend import AbiBackend
+from .handle import RobotHandle
+
+FLAGS = ("-std=c++17", "-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-pthread",
+         "-DGRID_HOST_CPU", "-DNDEBUG")
+
+
+def cpu_command() -> list[str]:
+    return [*buildcache.host_compiler(), *FLAGS, "-o", "{out}", "abi.cpp"]
+
+
+@functools.cache
+def compiler_identity(compiler: str) -> dict:
+    """What the build depends on beyond its command: the compiler's version and the CPU
+    ``-march=native`` resolves to here (a shared cache directory never hands one machine
+    another's instructions)."""
+    def ask(*args):
+        try:
+            proc = subprocess.run([compiler, *args], capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return proc.stdout.strip()
+
+    target = [line.split()[-1] for line in ask("-march=native", "-Q", "--help=target").splitlines()
+              if line.strip().startswith("-march=")]
+    return {"compiler": ask("--version").splitlines()[0] if ask("--version") else compiler,
+            "march": target[0] if target else platform.processor() or platform.machine()}
+
+
+def cpu_entries(robot, algorithms) -> str:
+    """The numpy entries of the CPU build: per algorithm and precision, the host form's
+    signature with ``workers`` in place of ``transfer``; NaN and inf in a state input
+    return ``GRID_ABI_NONFINITE_INPUT - k`` as the host form does."""
+    from ..abi import DTYPES, PACKED_TAIL, abi_functions
+
+    lines = [
+        "namespace {",
+        "// Whether all n values are finite (NaN and inf have every exponent bit set), branch-free.",
+        "template <typename T> bool all_finite(const T *x, size_t n) {",
+        "    using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;",
+        "    const U mask = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);",
+        "    U bad = 0;",
+        "    for (size_t i = 0; i < n; ++i) {",
+        "        U bits;",
+        "        std::memcpy(&bits, x + i, sizeof(T));",
+        "        bad |= U((bits & mask) == mask);",
+        "    }",
+        "    return bad == 0;",
+        "}",
+        "}  // namespace",
+        "",
+        'extern "C" {',
+    ]
+    for fn in abi_functions(robot, algorithms):
+        T = DTYPES[fn.dtype]
+        ports = [*fn.outputs, *fn.inputs, *fn.params]
+        args = [f"{T} *{p.name}" for p in fn.outputs] + [f"const {T} *{p.name}" for p in (*fn.inputs, *fn.params)]
+        tail = ("int num_timesteps", "int layout", "int tier", "int threads", "int blocks", "int workers")
+        tail_names = ("num_timesteps", "layout", "tier", "threads", "blocks")
+        lines += [
+            f"// {fn.algorithm}: host pointers, synchronous, the launch's blocks over `workers` threads.",
+            f"int {fn.symbol}_cpu({', '.join([*args, *tail])}) {{",
+            "    const size_t n = size_t(num_timesteps > 0 ? num_timesteps : 0);",
+        ]
+        for k, p in enumerate(fn.inputs):
+            lines.append(f"    if ({p.name} != nullptr && !all_finite({p.name}, n * {math.prod(p.shape)})) "
+                         f"return GRID_ABI_NONFINITE_INPUT - {k};")
+        lines += [f"    if (poison_outputs) std::memset({p.name}, 0xff, n * {math.prod(p.shape)} * sizeof({T}));"
+                  for p in fn.outputs]
+        lines += [
+            "    grid_emu::launch_workers = workers;",
+            f"    return {fn.symbol}({', '.join([*(p.name for p in ports), *tail_names])}, nullptr);",
+            "}",
+        ]
+        k = len(ports)
+        unpack = [f"reinterpret_cast<{'' if i < len(fn.outputs) else 'const '}{T} *>(uintptr_t(a[{i}]))"
+                  for i in range(k)]
+        lines += [
+            f"int {fn.symbol}_cpu_packed(const uint64_t *a) {{",
+            f"    return {fn.symbol}_cpu({', '.join(unpack + [f'int(a[{k + j}])' for j in range(len(PACKED_TAIL))])});",
+            "}",
+            "",
+        ]
+    lines += ['}  // extern "C"', ""]
+    return "\n".join(lines)
+
+
+def cpu_sources(robot, algorithms=None, **generate_options) -> dict[str, str]:
+    """The translation unit of the CPU library: header, C ABI, the CPU entries."""
+    from ..abi import abi_source
+    from ..composer import generate
+
+    header = generate(robot, algorithms, **generate_options)
+    ns = generate_options.get("namespace", "grid")
+    return {"grid.cuh": header, "abi.cpp": abi_source(robot, algorithms, "grid.cuh", ns) + "\n" +
+            cpu_entries(robot, algorithms)}
+
+
+def build_cpu_library(robot, algorithms=None, *, quiet: bool = False, **generate_options):
+    """Compile header + C ABI as optimised host C++; cached by content (sources, flags,
+    compiler, CPU).  Says so while the compiler runs, and prints one status line after."""
+    from ..composer import resolve_algorithms
+
+    names = ",".join(a.name for a in resolve_algorithms(algorithms))
+    cmd = cpu_command()
+    path, _ = buildcache.build_reported(f"{names}[{robot.name}]", "the CPU", "the CPU build failed",
+                                        f"cpu-{robot.name.replace('/', '_')}", cpu_sources(robot, algorithms,
+                                                                                          **generate_options),
+                                        cmd, "libgrid_cpu.so", quiet=quiet, extra=compiler_identity(cmd[0]))
+    return path
+
+
+def default_threads() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class CpuHandle(AbiBackend):
+    """The generated kernels on the CPU, with the same methods as ``Reference`` and
+    ``RobotHandle``: numpy in, numpy out (one state ``(nq,)`` or a batch ``(N, nq)``).
+
+    The header is compiled as optimised host C++ (cached by content) and every call runs the
+    per-state layout, its batch split over ``threads`` worker threads (``None``: every core
+    this process may use; ``1``: the calling thread only).  ``float64`` by default.
+    ``generate_options`` go to :func:`grid_core.generate`.
+    """
+
+    host_form = "_cpu"
+
+    def __init__(self, robot, algorithms=None, dtype=np.float64, threads: int | None = None, *, quiet: bool = False,
+                 **generate_options):
+        # one state per block: the workers take contiguous ranges of states
+        super().__init__(robot, algorithms, dtype, layout="per_state", threads=1)
+        if threads is not None and (int(threads) != threads or threads < 1):
+            raise ValueError(f"threads must be None (every core) or a positive integer, not {threads!r}")
+        self.workers = default_threads() if threads is None else int(threads)
+        self.generate_options = generate_options
+        self._path = build_cpu_library(self.robot, algorithms, quiet=quiet, **generate_options)
+        self._handle = None
+
+    def _settings_of(self, name: str) -> tuple[int, int, int, int, int]:
+        # the CPU entry takes the worker count where the host form takes ``transfer``
+        return (*super()._settings_of(name)[:4], self.workers)
+
+    # the library at self._path, loaded on first use, as the GPU handle's
+    _lib = RobotHandle._lib
+    _library_file = RobotHandle._library_file

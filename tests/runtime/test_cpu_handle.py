@@ -1,0 +1,169 @@
+"""CpuHandle: the generated code as optimised host C++ on the CPU's cores, equal to the
+reference on every code-generation robot for every algorithm that has an emitter.
+
+One library per robot holds every emitted algorithm, built once per process (and on disk
+by content hash, so pytest-xdist workers share it).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+
+import numpy as np
+import pytest
+
+import grid_core
+from conftest import load
+from grid_core import Reference
+from grid_core.errors import InputError
+from grid_core.testing import assert_close, random_q
+
+try:  # the code-generation robots (every bundled robot and 9 example-robot-data robots)
+    from tests.generated import CODEGEN_ROBOTS
+except ImportError:
+    from tests.codegen.conftest import CODEGEN_ROBOTS
+
+EMITTED = sorted(name for name, alg in grid_core.algorithms().items() if alg.has_emitter())
+TOL = {np.float64: 1e-9, np.float32: 1e-4}
+N = 37  # not a multiple of the worker count: ranges of unequal length
+
+
+@functools.cache
+def cpu(name: str, threads: int | None = None):
+    handle = grid_core.CpuHandle(load(name), threads=threads, quiet=True)
+    handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
+    return handle
+
+
+def state_inputs(alg, robot, rng, n=N, optional=True) -> dict:
+    """Random non-zero state inputs of ``alg`` by port: ``q`` a configuration, the rest uniform;
+    optional inputs given only when ``optional``."""
+    out = {}
+    for p in alg.inputs(robot):
+        if p.kind != "state" or (p.optional and not optional):
+            continue
+        shape = (n, *p.shape) if n is not None else p.shape
+        out[p.name] = random_q(robot, rng, n) if p.name == "q" else rng.uniform(-2, 2, shape)
+    return out
+
+
+@pytest.mark.parametrize("algorithm", EMITTED)
+@pytest.mark.parametrize("name", CODEGEN_ROBOTS)
+def test_cpu_handle_equals_the_reference(name, algorithm, rng):
+    robot = load(name)
+    alg = grid_core.algorithms()[algorithm]
+    ref, handle = getattr(Reference(robot), algorithm), getattr(cpu(name), algorithm)
+    for optional in (False, True):
+        x = state_inputs(alg, robot, rng, optional=optional)
+        assert_close(handle(**x), ref(**x), TOL[np.float64], f"{name} {algorithm} optional={optional}")
+    x = state_inputs(alg, robot, rng, n=None)  # one state, positionally: the lean path
+    out = handle(*x.values())
+    assert_close(out, ref(*x.values()), TOL[np.float64], f"{name} {algorithm} one state")
+    assert out.shape == alg.outputs(robot)[0].shape
+
+
+@pytest.mark.parametrize("name", ["iiwa14", "g1"])
+def test_float32_and_gravity(name, rng):
+    robot = load(name)
+    handle = grid_core.CpuHandle(robot, dtype=np.float32, quiet=True)
+    ref = Reference(robot)
+    g = np.array([0.3, -1.2, -9.0])
+    for algorithm in EMITTED:
+        alg = grid_core.algorithms()[algorithm]
+        x = state_inputs(alg, robot, rng)
+        out = getattr(handle, algorithm)(**x)
+        assert out.dtype == np.float32
+        assert_close(out, getattr(ref, algorithm)(**x), TOL[np.float32], f"{name} {algorithm} float32")
+    x = state_inputs(grid_core.algorithms()["inverse_dynamics"], robot, rng)
+    assert_close(cpu(name).inverse_dynamics(**x, gravity=g), ref.inverse_dynamics(**x, gravity=g), 1e-9)
+
+
+def test_threads_split_the_batch_and_change_no_bit(rng):
+    """Each state is computed alone, so any worker count gives the same bits."""
+    robot = load("atlas")
+    x = state_inputs(grid_core.algorithms()["inverse_dynamics"], robot, rng, n=1001)
+    one = cpu("atlas", 1)
+    assert one.workers == 1 and cpu("atlas").workers >= 1
+    expected = one.inverse_dynamics(**x)
+    for threads in (2, 3, 8):
+        assert np.array_equal(cpu("atlas", threads).inverse_dynamics(**x), expected), threads
+    assert_close(expected, Reference(robot).inverse_dynamics(**x), 1e-9)
+
+
+def test_calls_from_several_threads_at_once(rng):
+    robot = load("hyq")
+    handle = cpu("hyq", 2)
+    cases = [state_inputs(grid_core.algorithms()["inverse_dynamics"], robot, rng, n=500) for _ in range(4)]
+    expected = [Reference(robot).inverse_dynamics(**x) for x in cases]
+    results: dict = {}
+
+    def work(k):
+        for _ in range(5):
+            results[k] = handle.inverse_dynamics(*cases[k].values())
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(4):
+        assert_close(results[k], expected[k], 1e-9, f"thread {k}")
+
+
+def test_out_argument_is_written_in_place(rng):
+    robot = load("iiwa14")
+    x = state_inputs(grid_core.algorithms()["inverse_dynamics"], robot, rng, optional=False)
+    out = np.empty((N, robot.nv))
+    assert cpu("iiwa14").inverse_dynamics(*x.values(), out=out) is out
+    assert_close(out, Reference(robot).inverse_dynamics(**x), 1e-9)
+
+
+@pytest.mark.parametrize("arg", ["q", "qd", "qdd"])
+def test_non_finite_inputs_are_named(arg, rng):
+    robot = load("iiwa14")
+    x = state_inputs(grid_core.algorithms()["inverse_dynamics"], robot, rng, optional=False)
+    x[arg][3, 1] = np.nan
+    with pytest.raises(InputError, match=f"'{arg}'|{arg}"):
+        cpu("iiwa14").inverse_dynamics(*x.values())
+
+
+def test_bad_thread_counts_and_cuda_arrays_are_refused():
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="threads"):
+            grid_core.CpuHandle("iiwa14", threads=bad, quiet=True)
+    assert cpu("iiwa14").accepts_device_arrays is False
+
+
+def test_public_and_loaded_lazily():
+    from grid_core.runtime.cpu import CpuHandle
+
+    assert grid_core.CpuHandle is CpuHandle and "CpuHandle" in grid_core.__all__
+
+
+def test_build_reports_progress_and_one_status_line(monkeypatch, capsys, tmp_path):
+    """Progress while the compiler runs, then `grid: <algorithms>[<robot>] <key> compiled in
+    <s> s` or `(cached)`; the key covers the flags, the compiler and the CPU."""
+    import time
+
+    from grid_core import buildcache
+    from grid_core.runtime import cpu as cpu_module
+
+    seen = {}
+
+    def slow_build(label, sources, command, output, *, extra=None, **kw):
+        seen.update(command=command, extra=extra)
+        time.sleep(5.5)
+        return tmp_path / f"{label}-0123456789abcdef.so", False
+
+    monkeypatch.setattr(buildcache, "build", slow_build)
+    cpu_module.build_cpu_library(load("iiwa14"), ["inverse_dynamics"])
+    err = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(r"grid: compiling inverse_dynamics\[iiwa14\] for the CPU\.\.\. \d+ s", err[0])
+    assert re.fullmatch(r"grid: inverse_dynamics\[iiwa14\] 0123456 compiled in \d+\.\d s", err[-1])
+    assert "-O3" in seen["command"] and "-DGRID_HOST_CPU" in seen["command"]
+    assert set(seen["extra"]) == {"compiler", "march"}
+    monkeypatch.setattr(buildcache, "build", lambda *a, **k: (tmp_path / "cpu-x-0123456789ab.so", True))
+    cpu_module.build_cpu_library(load("iiwa14"), ["inverse_dynamics"])
+    assert capsys.readouterr().err.splitlines() == ["grid: inverse_dynamics[iiwa14] 0123456 (cached)"]
