@@ -32,6 +32,7 @@ import math
 import attrs
 
 from .algorithm import Port
+from .emit.signature import Signature
 from .composer import resolve_algorithms
 from .model import Robot
 from .model.robot import QUATERNION_TOLERANCE
@@ -65,12 +66,17 @@ class AbiFunction:
     outputs: tuple[Port, ...]
     inputs: tuple[Port, ...]  # state inputs, in order
     params: tuple[Port, ...]
+    launch: Signature  # X_launch's signature node: the entries call it through it
 
 
 def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:
+    from .composer import Composer, GenerateOptions
+
     out = []
+    composer = Composer(robot, GenerateOptions())
     for alg in resolve_algorithms(algorithms):
         ins = alg.inputs(robot)
+        launch = composer.layers(alg.name).launch
         for dt in DTYPES:
             out.append(
                 AbiFunction(
@@ -80,6 +86,7 @@ def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:
                     outputs=tuple(alg.outputs(robot)),
                     inputs=tuple(p for p in ins if p.kind == "state"),
                     params=tuple(p for p in ins if p.kind == "param"),
+                    launch=launch,
                 )
             )
     return out
@@ -199,8 +206,15 @@ def _function_source(fn: AbiFunction, ns: str, robot: Robot | None = None) -> li
         f"    {ns}::LaunchConfig cfg;",
         "    cfg.layout = layout; cfg.tier = tier; cfg.threads = threads; cfg.blocks = blocks;",
     ]
-    launch = (f"{ns}::{fn.algorithm}_launch<{T}>({{args}}, num_timesteps, cfg, ws.ptr, ws.bytes, "
-              "static_cast<cudaStream_t>(stream))")
+    names = [f"d_{p.name}" for p in fn.outputs] + [f"d_{p.name}" for p in fn.inputs] + [f"h_{p.name}" for p in fn.params]
+
+    def call(values) -> str:
+        """The launcher's call, checked against its signature node (grid_core.emit.layers)."""
+        args = dict(zip(names, values))
+        args.update(num_timesteps="num_timesteps", cfg="cfg", d_workspace="ws.ptr", workspace_bytes="ws.bytes",
+                    stream="static_cast<cudaStream_t>(stream)")
+        return f"{ns}::" + fn.launch.call(args, [T]).expr()
+
     lines = [
         f"// {fn.algorithm}: device pointers, asynchronous on `stream`.",
         f"int {fn.symbol}({', '.join(args + tail + ['void *stream'])}) {{",
@@ -209,7 +223,7 @@ def _function_source(fn: AbiFunction, ns: str, robot: Robot | None = None) -> li
         "    std::lock_guard<std::mutex> guard(workspace_lock);",
         f"    Workspace<{T}> &ws = workspace<{T}>(stream);",
         "    GRID_ABI_TRY(ws.ensure(need));",
-        f"    return int({launch.format(args=', '.join(p.name for p in ports))});",
+        f"    return int({call([p.name for p in ports])});",
         "}",
         "",
     ]
@@ -280,7 +294,7 @@ def _function_source(fn: AbiFunction, ns: str, robot: Robot | None = None) -> li
         "        std::lock_guard<std::mutex> wguard(workspace_lock);",
         f"        Workspace<{T}> &ws = workspace<{T}>(stream);",
         "        GRID_ABI_TRY(ws.ensure(need));",
-        f"        GRID_ABI_TRY({launch.format(args=', '.join(dev))});",
+        f"        GRID_ABI_TRY({call(dev)});",
         "    }",
         "    if (!mapped)",
         "        GRID_ABI_TRY(cudaMemcpyAsync(h_out, d_out, out_bytes, cudaMemcpyDeviceToHost, staging.stream));",

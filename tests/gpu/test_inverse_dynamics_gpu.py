@@ -21,10 +21,9 @@ TOL = {np.float32: 1e-4, np.float64: 1e-9}
 
 
 def _handle(name, dtype, spill):
-    from grid_core.runtime import RobotHandle
+    from tests.generated import backend
 
-    opts = {"target_shared_mem_bytes": 0} if spill else {}
-    return RobotHandle(load(name), ["inverse_dynamics"], dtype, quiet=True, **opts)
+    return backend("gpu", name, spill, dtype)  # the library every test of this robot and rung shares
 
 
 def _info(handle):

@@ -22,8 +22,10 @@ pytestmark = pytest.mark.gpu
 def iiwa():
     from grid_core import RobotHandle
 
+    from tests.generated import emitted
+
     robot = load("iiwa14")
-    return robot, RobotHandle(robot, ["inverse_dynamics"], np.float32, quiet=True)
+    return robot, RobotHandle(robot, emitted(), np.float32, quiet=True)  # the library the other tests share
 
 
 def _state(robot, rng, n=64):
