@@ -84,6 +84,8 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
 def variants():
     """(label, robot, generate options): normal, forced deepest spill, per-body sweeps."""
     out = []
+    if os.environ.get("GRID_CHECK_VARIANTS") == "base":  # a quick rerun: the default builds only
+        return [(r, r, {}) for r in ROBOTS]
     for r in ROBOTS:
         out.append((r, r, {}))
         out.append((f"{r}-spill", r, {"target_shared_mem_bytes": 0}))
@@ -211,6 +213,9 @@ def phase_build(state: dict) -> None:
     example = ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu"
     _nvcc(["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"], d / "fused",
           [d / "grid.cuh", example], "the fused example")
+    if os.environ.get("GRID_CHECK_VARIANTS") == "base":
+        state["build"] = "ok (base variants)"
+        return
     # the raw C++ launch as a library, for the runtime phase's same-process comparison
     raw_src = ROOT / "benchmarks" / "src" / "raw_launch.cu"
     for name in RUNTIME_ROBOTS:
@@ -223,6 +228,9 @@ def phase_build(state: dict) -> None:
     # the RobotHandle libraries the gpu tests load (same content hash there)
     import numpy as np  # noqa: F401
 
+    if os.environ.get("GRID_CHECK_VARIANTS") == "base":  # a quick rerun: no tests, no runtime phase
+        state["build"] = "ok (base variants)"
+        return
     for name in ROBOTS:  # tests.generated: one library per robot and rung, every emitted algorithm
         robot = grid_core.load_robot(name)
         for opts in ({}, {"target_shared_mem_bytes": 0}):
@@ -268,10 +276,11 @@ def phase_sanitize(state: dict) -> None:
         raise RuntimeError(f"sanitizer reported errors: {bad}")
 
 
-def _time(label: str, alg: str, repeats: int, sizes) -> list:
-    path = BUILD / label / f"time_{alg}.json"
-    res = run([BUILD / label / f"bench_{alg}", "time", "--robot", label, "--repeats", repeats,
-               "--sizes", ",".join(map(str, sizes)), "--json", path])
+def _time(label: str, alg: str, repeats: int, sizes, stage_io: bool = False) -> list:
+    path = BUILD / label / f"time_{alg}{'_staged' if stage_io else ''}.json"
+    res = run([BUILD / label / f"bench_{alg}", "time", "--robot", label + ("-staged" if stage_io else ""),
+               "--repeats", repeats, "--sizes", ",".join(map(str, sizes)), "--json", path,
+               "--stage-io", int(stage_io)])
     if res.returncode:
         raise RuntimeError(f"timing {label} {alg} failed: {res.stderr[-2000:]}")
     return json.loads(path.read_text())
@@ -282,18 +291,24 @@ def phase_time(state: dict, repeats: int) -> None:
     for label in ROBOTS:
         for alg in ALGORITHMS:
             rows += _time(label, alg, repeats, SIZES)
+        # the per-state layout staged through shared memory (coalesced stores), where it fits
+        rows += [x for x in _time(label, "crba", repeats, [n for n in SIZES if n >= 1024], stage_io=True)
+                 if x["layout"] == "per_state"]
         # the previous generator's inverse dynamics in the same run (kernel table unchanged?)
         if (BUILD / f"{label}-prev" / "bench_inverse_dynamics").exists():
             rows += _time(f"{label}-prev", "inverse_dynamics", repeats, SIZES)
     # P1 A/B: the per-body sweep form, block layout, at the batch sizes of the block regime
+    built = {label for label, _, _ in variants()}
     for r in ROBOTS:
         for alg in ALGORITHMS:
-            rows += _time(f"{r}-bodies", alg, repeats, (1, 256, 1024))
+            if f"{r}-bodies" in built:
+                rows += _time(f"{r}-bodies", alg, repeats, (1, 256, 1024))
     # per-state occupancy A/B (launch bounds min blocks) on the big robots, large batches
     for r in ("atlas", "g1"):
         for occ in (2, 4):
-            rows += [x for x in _time(f"{r}-occ{occ}", "inverse_dynamics", repeats, (4096, 16384, 262144, 1048576))
-                     if x["layout"] == "per_state"]
+            if f"{r}-occ{occ}" in built:
+                rows += [x for x in _time(f"{r}-occ{occ}", "inverse_dynamics", repeats,
+                                          (4096, 16384, 262144, 1048576)) if x["layout"] == "per_state"]
     state["time"] = rows
 
 
@@ -715,6 +730,13 @@ def summary(state: dict) -> str:
                 f"{x['resident_us']:>9.2f}{x['io_us']:>9.2f}{floor:>8}  {'; '.join(up)}"
             )
     lines += targets(rows)
+    staged = {(x["robot"][:-7], x["n"]): x["kernel_us"] for x in rows if x["robot"].endswith("-staged")}
+    if staged:
+        lines += ["", "crba per-state layout, kernel µs: plain vs staged through shared memory (coalesced stores):"]
+        for x in rows:
+            key = (x["robot"], x["n"])
+            if x.get("algorithm") == "crba" and x["layout"] == "per_state" and key in staged:
+                lines.append(f"  {x['robot']:<8}{x['n']:>9}{x['kernel_us']:>10.2f}{staged[key]:>10.2f}")
     prev = {(x["robot"][:-5], x["n"], x["layout"]): x["kernel_us"] for x in rows if x["robot"].endswith("-prev")}
     if prev:
         lines.append("")

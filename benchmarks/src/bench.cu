@@ -131,6 +131,8 @@ static double time_graph(Buffers &b, g::LaunchConfig cfg, cudaStream_t s, int re
     return t;
 }
 
+static bool stage_io = false;  // --stage-io 1: the launch hint LaunchConfig::stage_io on every timed launch
+
 static int run_time(const std::string &robot, const std::vector<int> &sizes, int repeats, int warmup,
                     const std::string &json) {
     cudaStream_t s;
@@ -144,6 +146,7 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             if (layout == g::LAYOUT_BLOCK && n > 65536) continue;  // one block per state: not this regime
             g::LaunchConfig cfg;
             cfg.layout = layout;
+            cfg.stage_io = stage_io;
             int blocks, threads;
             grid_of(b, cfg, blocks, threads);
             double kernel = time_events([&] { CHECK(launch(b, cfg, s)); }, repeats, warmup, s);
@@ -274,6 +277,7 @@ int main(int argc, char **argv) {
         else if (k == "--json") json = v;
         else if (k == "--repeats") repeats = std::stoi(v);
         else if (k == "--warmup") warmup = std::stoi(v);
+        else if (k == "--stage-io") stage_io = std::stoi(v) != 0;
         else if (k == "--sizes") {
             sizes.clear();
             size_t p = 0;

@@ -265,6 +265,11 @@ class Layers:
     def emit(self) -> list:
         em = self.emitter
         out = [*arena_emit.size_constants(self.plan, self.pfx)]
+        threads = max(32, min(512, -(-em.block_threads_hint(self.robot) // 32) * 32))
+        out += [n.Comment("Default block size of this algorithm's block-cooperative layout: its widest parallel\n"
+                          "region, a warp multiple (a hint: any block size is correct; MAX_PERF_LEVEL_THREADS,\n"
+                          "the header's widest, bounds TIER_SHARED)."),
+                n.Stmt(f"static constexpr int {self.pfx}_BLOCK_THREADS = {threads}")]
         if self.has_state:
             min_n = int(self.ctx.tuning.get("per_state_min_n", em.DEFAULT_PER_STATE_MIN_N))
             source = "measured on the GPU" if "per_state_min_n" in self.ctx.tuning else "default, not yet measured"
@@ -282,6 +287,9 @@ class Layers:
                     n.Comment("and its block size: the largest multiple of 32 up to the per-state one within the"),
                     n.Comment("48 KB a block gets without opting in (0: too big to stage; the plain kernel runs)."),
                     n.Stmt(f"static constexpr int {self.pfx}_STAGED_ROW = {row}"),
+                    *([n.Comment("The per-state layout stages through shared memory unless told otherwise (its "
+                                 "outputs are\nlarge: staged, the stores coalesce)."),
+                       n.Stmt(f"static constexpr bool {self.pfx}_STAGE_BY_DEFAULT = true")] if em.stage_by_default else []),
                     n.Function(
                         f"__host__ __device__ constexpr int {self.pfx}_STAGED_THREADS()",
                         [n.Stmt(f"constexpr int fit = int(48 * 1024 / ({self.pfx}_STAGED_ROW * sizeof(T))) / 32 * 32"),
@@ -562,8 +570,10 @@ class Layers:
                 sargs = {p.name: p.name for p in self.staged_kernel.params}
                 staged = [n.If(cond or "true", [Launch(self.staged_kernel.call(sargs, {"T": "T", **t}),
                                                        "blocks", "threads", "smem")]) for cond, t in self._combos()]
+                stage = "cfg.stage_io" if not self.emitter.stage_by_default else \
+                    f"(cfg.stage_io || {pfx}_STAGE_BY_DEFAULT)"
                 branch.append(n.If(
-                    f"cfg.stage_io && {natural} && {pfx}_STAGED_THREADS<T>() > 0 && "
+                    f"{stage} && {natural} && {pfx}_STAGED_THREADS<T>() > 0 && "
                     f"cfg.threads <= {pfx}_STAGED_THREADS<T>()", [
                         n.Comment("a hint: a robot too big to stage, or a block size over the staged one, runs "
                                   "the plain kernel"),
@@ -583,7 +593,7 @@ class Layers:
         body += [
             n.Stmt(f"static const cudaError_t attr = init_grid_kernel_attr_{name}_checked<T>()"),
             n.If("attr != cudaSuccess", [n.Stmt("return attr")]),
-            n.Stmt("const int threads = cfg.threads > 0 ? cfg.threads : MAX_PERF_LEVEL_THREADS"),
+            n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_BLOCK_THREADS"),
             n.Stmt("int blocks = cfg.blocks > 0 ? cfg.blocks : num_timesteps"),
             *tiers,
             n.Stmt("return cudaErrorInvalidValue"),
