@@ -121,7 +121,8 @@ def _nvcc(cmd, output: Path, inputs, what: str) -> None:
     stamp.write_text(key)
 
 
-ALGORITHMS = ["inverse_dynamics", "crba"]  # timed by the generic bench (src/bench.cu)
+# timed by the generic bench (src/bench.cu); GRID_CHECK_ALGORITHMS=crba,... for a quick rerun of some
+ALGORITHMS = [a for a in os.environ.get("GRID_CHECK_ALGORITHMS", "inverse_dynamics,crba").split(",") if a]
 
 
 def adapter(robot, algorithm: str) -> str:
@@ -202,7 +203,7 @@ def phase_build(state: dict) -> None:
             _bench(d, hpath, alg, robot, label)
     # the previous generator's inverse dynamics (headers carried in BUILD/<robot>-prev), timed in the
     # same run: the layer generator must leave the kernel table unchanged within noise
-    for name in ROBOTS:
+    for name in ROBOTS if "inverse_dynamics" in ALGORITHMS else ():
         d = BUILD / f"{name}-prev"
         if (d / "grid.cuh").exists():
             _bench(d, d / "grid.cuh", "inverse_dynamics", grid_core.load_robot(name), f"{name}-prev")
@@ -292,10 +293,11 @@ def phase_time(state: dict, repeats: int) -> None:
         for alg in ALGORITHMS:
             rows += _time(label, alg, repeats, SIZES)
         # the per-state layout staged through shared memory (coalesced stores), where it fits
-        rows += [x for x in _time(label, "crba", repeats, [n for n in SIZES if n >= 1024], stage_io=True)
-                 if x["layout"] == "per_state"]
+        if "crba" in ALGORITHMS and os.environ.get("GRID_CHECK_STAGED_AB", "1") == "1":
+            rows += [x for x in _time(label, "crba", repeats, [n for n in SIZES if n >= 1024], stage_io=True)
+                     if x["layout"] == "per_state"]
         # the previous generator's inverse dynamics in the same run (kernel table unchanged?)
-        if (BUILD / f"{label}-prev" / "bench_inverse_dynamics").exists():
+        if "inverse_dynamics" in ALGORITHMS and (BUILD / f"{label}-prev" / "bench_inverse_dynamics").exists():
             rows += _time(f"{label}-prev", "inverse_dynamics", repeats, SIZES)
     # P1 A/B: the per-body sweep form, block layout, at the batch sizes of the block regime
     built = {label for label, _, _ in variants()}
