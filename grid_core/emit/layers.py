@@ -288,8 +288,13 @@ class Layers:
                     n.Comment("48 KB a block gets without opting in (0: too big to stage; the plain kernel runs)."),
                     n.Stmt(f"static constexpr int {self.pfx}_STAGED_ROW = {row}"),
                     *([n.Comment("The per-state layout stages through shared memory unless told otherwise (its "
-                                 "outputs are\nlarge: staged, the stores coalesce)."),
-                       n.Stmt(f"static constexpr bool {self.pfx}_STAGE_BY_DEFAULT = true")] if em.stage_by_default else []),
+                                 "outputs are\nlarge: staged, the stores coalesce); not in the CPU build, where "
+                                 "there is nothing to coalesce."),
+                       n.Raw("#ifdef GRID_HOST_CPU"),
+                       n.Stmt(f"static constexpr bool {self.pfx}_STAGE_BY_DEFAULT = false"),
+                       n.Raw("#else"),
+                       n.Stmt(f"static constexpr bool {self.pfx}_STAGE_BY_DEFAULT = true"),
+                       n.Raw("#endif")] if em.stage_by_default else []),
                     n.Function(
                         f"__host__ __device__ constexpr int {self.pfx}_STAGED_THREADS()",
                         [n.Stmt(f"constexpr int fit = int(48 * 1024 / ({self.pfx}_STAGED_ROW * sizeof(T))) / 32 * 32"),

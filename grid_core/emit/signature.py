@@ -96,6 +96,27 @@ class Signature:
         return Call.of(self, args, template, partial=partial)
 
 
+def _bind(callee: str, params, given: Mapping[str, str], kind: str, what: str, partial: bool) -> tuple[str, ...]:
+    """The values of ``given`` (by name) in the order of ``params`` (Param or TemplateParam):
+    trailing defaulted ones may be left out, nothing else; with ``partial`` the first omitted
+    one ends the list."""
+    names = [p.name for p in params]
+    unknown = [a for a in given if a not in names]
+    if unknown:
+        raise CodegenError(f"call of {callee}: no {kind} {', '.join(map(repr, unknown))} ({kind}s: {', '.join(names)})")
+    values = []
+    for k, p in enumerate(params):
+        if p.name in given:
+            values.append(str(given[p.name]))
+            continue
+        if p.default is None and not partial:
+            raise CodegenError(f"call of {callee}: missing {what} '{p.name}'")
+        if any(q in given for q in names[k:]):
+            raise CodegenError(f"call of {callee}: {what} '{p.name}' is omitted before a later one")
+        break
+    return tuple(values)
+
+
 @attrs.frozen
 class Call:
     """A statement calling ``callee``, its arguments checked against the signature.
@@ -111,49 +132,17 @@ class Call:
 
     @classmethod
     def of(cls, callee: Signature, args: Mapping[str, str], template=None, *, partial: bool = False) -> "Call":
-        names = callee.param_names
-        unknown = [a for a in args if a not in names]
-        if unknown:
-            raise CodegenError(f"call of {callee.name}: no parameter {', '.join(map(repr, unknown))} "
-                               f"(parameters: {', '.join(names)})")
-        values = []
-        for p in callee.params:
-            if p.name in args:
-                values.append(str(args[p.name]))
-            elif p.default is not None:
-                if any(q.name in args for q in callee.params[callee.params.index(p):]):
-                    raise CodegenError(f"call of {callee.name}: '{p.name}' is omitted before a later argument")
-                break
-            elif not partial:
-                raise CodegenError(f"call of {callee.name}: missing argument '{p.name}'")
-            else:
-                break
+        values = _bind(callee.name, callee.params, args, "parameter", "argument", partial)
         if template is None:
             targs: tuple[str, ...] = ()
         elif isinstance(template, Mapping):
-            tnames = callee.template_names
-            unknown = [t for t in template if t not in tnames]
-            if unknown:
-                raise CodegenError(f"call of {callee.name}: no template parameter {', '.join(unknown)} "
-                                   f"(template: {', '.join(tnames)})")
-            targs = []
-            for t in callee.template:
-                if t.name in template:
-                    targs.append(str(template[t.name]))
-                elif t.default is None:
-                    raise CodegenError(f"call of {callee.name}: missing template argument '{t.name}'")
-                else:
-                    if any(u in template for u in tnames[tnames.index(t.name):]):
-                        raise CodegenError(f"call of {callee.name}: template argument '{t.name}' omitted "
-                                           "before a later one")
-                    break
-            targs = tuple(targs)
+            targs = _bind(callee.name, callee.template, template, "template parameter", "template argument", False)
         else:
             targs = tuple(template)
             if len(targs) > len(callee.template):
                 raise CodegenError(f"call of {callee.name}: {len(targs)} template arguments for "
                                    f"{len(callee.template)} parameters")
-        return cls(callee, tuple(values), targs)
+        return cls(callee, values, targs)
 
     def expr(self) -> str:
         targs = f"<{', '.join(self.template)}>" if self.template else ""
