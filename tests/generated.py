@@ -5,6 +5,7 @@ disk by content hash, so pytest-xdist workers share it)."""
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 import pytest
@@ -19,6 +20,11 @@ CODEGEN_ROBOTS = [
     "erd:solo12", "erd:anymal_c_simple/anymal", "erd:talos_reduced", "erd:simple_humanoid",
 ]
 GPU_ROBOTS = ["iiwa14", "hyq", "atlas", "g1"]
+FULL_SWEEP = os.environ.get("GRID_FULL_SWEEP") == "1"
+"""``GRID_FULL_SWEEP=1``: the slow checks (nvcc at every tier) on every robot, not CI's sample."""
+SAMPLE_ROBOTS = ["iiwa14", "hyq", "atlas", "go2", "g1", "erd:panda", "erd:double_pendulum_continuous", "erd:solo12"]
+"""CI's sample for the slow checks: every bundled robot, a mimic arm, continuous joints, a floating quadruped."""
+NVCC_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else SAMPLE_ROBOTS
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 
 

@@ -195,12 +195,17 @@ def _runtime_tables(runtime: dict) -> list[str]:
     return out
 
 
+def _algorithms_of(d: dict) -> list[str]:
+    rows = d.get("time") or []
+    return sorted({r.get("algorithm", "inverse_dynamics") for r in rows}, key=lambda a: (a != "inverse_dynamics", a))
+
+
 def _run_body(path: Path, d: dict, outdir: Path, h200: dict, rtx5090: dict,
-              parts=("time", "runtime", "fused", "tuning")) -> list[str]:
+              parts=("time", "runtime", "fused", "tuning"), only: str | None = None) -> list[str]:
     """The plots and tables of one run, those of ``parts`` only."""
     out: list[str] = []
     all_rows = d.get("time") or []
-    algs = sorted({r.get("algorithm", "inverse_dynamics") for r in all_rows}, key=lambda a: (a != "inverse_dynamics", a))
+    algs = [a for a in _algorithms_of(d) if only is None or a == only]
     if "time" in parts:
         for alg in algs:
             rows = [r for r in all_rows if r.get("algorithm", "inverse_dynamics") == alg]
@@ -270,14 +275,19 @@ def results_text(root: Path, outdir: Path) -> str:
             for p, d in data]
     # the page opens with a summary: of each kind of result, the newest run that has it
     out += heading("Summary: the newest results", "-")
+    algs = sorted({a for _, d in data for a in _algorithms_of(d)}, key=lambda a: (a != "inverse_dynamics", a))
     for part, what in (("time", "kernel timings"), ("runtime", "runtime overheads"), ("fused", "fused control step"),
                        ("tuning", "tuning")):
-        newest = next(((path, d) for path, d in data if d.get(part)), None)
-        if newest is not None:
-            path, d = newest
-            out += [f"**{what}**, from the run of {escape(d.get('date', '?'))} ({escape(d.get('gpu', '?'))}, "
-                    f"commit ``{d.get('commit', '?')}``):", ""]
-            out += _run_body(path, d, outdir, h200, rtx5090, (part,))
+        for alg in (algs if part == "time" else [None]):
+            # kernel timings: the newest run of each algorithm
+            newest = next(((path, d) for path, d in data if d.get(part) and (alg is None or alg in _algorithms_of(d))),
+                          None)
+            if newest is not None:
+                path, d = newest
+                label = f"{what} of {alg}" if alg else what
+                out += [f"**{label}**, from the run of {escape(d.get('date', '?'))} ({escape(d.get('gpu', '?'))}, "
+                        f"commit ``{d.get('commit', '?')}``):", ""]
+                out += _run_body(path, d, outdir, h200, rtx5090, (part,), only=alg)
     out += heading("Run log", "-")
     out += list_table(["file", "date", "GPU", "commit", "phases"], runs)
     for path, d in data:

@@ -1,4 +1,5 @@
-"""Level L3: every header the emulated tests prove compiles with nvcc for sm_90, every emitted
+"""Level L3: the headers compile with nvcc for sm_90 (CI: tests.generated.SAMPLE_ROBOTS; every robot
+the emulated tests prove with GRID_FULL_SWEEP=1), every emitted
 algorithm's every tier and both precisions instantiated, at rung 0 and with the deepest spill
 rung forced (both headers in one translation unit, in two namespaces).  The calls are made
 from each layer's signature node (grid_core.emit.layers), so a new algorithm needs no edit here."""
@@ -13,7 +14,7 @@ from conftest import load
 from grid_core.composer import Composer, GenerateOptions, generate
 from grid_core.resources import describe_kernel, parse_ptxas
 from grid_core.runtime.cuda import find_nvcc
-from tests.generated import CODEGEN_ROBOTS, emitted
+from tests.generated import NVCC_ROBOTS, emitted
 
 DRIVER = """
 #include "rung0.cuh"
@@ -47,7 +48,7 @@ def calls(robot, ns: str) -> tuple[list[str], dict[str, int]]:
     return out, per_state
 
 
-@pytest.mark.parametrize("name", CODEGEN_ROBOTS)
+@pytest.mark.parametrize("name", NVCC_ROBOTS)
 def test_headers_compile_for_sm90_at_every_tier(name, tmp_path):
     robot = load(name)
     (tmp_path / "rung0.cuh").write_text(generate(robot, emitted(), namespace="grid"))

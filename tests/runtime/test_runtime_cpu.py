@@ -369,9 +369,17 @@ def test_the_c_abi_refuses_more_state_inputs_than_its_nonfinite_report_has_bits(
     from grid_core.abi import AbiFunction, _function_source
     from grid_core.algorithm import Port
 
+    from grid_core.emit.signature import Param, Signature, TemplateParam
+
     ports = tuple(Port(f"x{i}", (3,)) for i in range(33))
-    fn = AbiFunction("wide", "grid_abi_wide_f32", "f32", (Port("y", (3,)),), ports, ())
+
+    def wide(inputs):
+        launch = Signature("wide_launch", [Param("T *", "d_y"), *[Param("const T *", f"d_{p.name}") for p in inputs],
+                                           *[Param("int", x) for x in ("num_timesteps", "cfg", "d_workspace",
+                                                                       "workspace_bytes", "stream")]],
+                           template=[TemplateParam("typename", "T")])
+        return AbiFunction("wide", "grid_abi_wide_f32", "f32", (Port("y", (3,)),), inputs, (), launch)
+
     with pytest.raises(ValueError, match="at most 32 state inputs, not 33"):
-        _function_source(fn, "grid")
-    assert "grid_abi_wide_f32_host" in "\n".join(_function_source(
-        AbiFunction("wide", "grid_abi_wide_f32", "f32", (Port("y", (3,)),), ports[:32], ()), "grid"))
+        _function_source(wide(ports), "grid")
+    assert "grid_abi_wide_f32_host" in "\n".join(_function_source(wide(ports[:32]), "grid"))
