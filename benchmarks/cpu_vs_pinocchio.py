@@ -7,7 +7,8 @@ Both in the same run, on the same URDFs (``robots/*.urdf``, Pinocchio with
 (``benchmarks/src/pinocchio_timing.cpp``, built against the ``pin`` wheel's headers and
 libraries), and every algorithm the header emits through ``CpuHandle`` at the same batch
 size with 1 and 2 worker threads (one call per round, ``out=`` reused).  Times are ns per
-state: the median of the rounds, with their range.
+state: the median of the rounds, with their range, of the least disturbed of several bursts
+(:data:`BURSTS`), on both sides alike.
 
     pip install -e .[test] cmeel-eigen cmeel-urdfdom-headers   # Pinocchio's C++ dependencies' headers
     python benchmarks/cpu_vs_pinocchio.py [--robots iiwa14 hyq atlas g1] [--n 1024] [--rounds 21]
@@ -82,13 +83,14 @@ def spread(values) -> dict:
 
 
 def time_pinocchio(program: Path, urdf: Path, floating: bool, n: int, rounds: int) -> dict:
-    out = subprocess.run([str(program), str(urdf), "1" if floating else "0", str(n), str(rounds)],
-                         capture_output=True, text=True, check=True).stdout
-    rows = {}
-    for line in out.splitlines():
-        name, *values = line.split()
-        rows[name] = [float(v) for v in values if v != "nv"]  # the first line: nq N nv N
-    return rows
+    bursts: dict[str, list] = {}
+    for _ in range(BURSTS):
+        out = subprocess.run([str(program), str(urdf), "1" if floating else "0", str(n), str(rounds)],
+                             capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            name, *values = line.split()
+            bursts.setdefault(name, []).append([float(v) for v in values if v != "nv"])  # first line: nq N nv N
+    return {name: b[0] if name == "nq" else least_disturbed(b) for name, b in bursts.items()}
 
 
 def time_ours(robot, threads: int, n: int, rounds: int, rng) -> dict:
@@ -107,13 +109,26 @@ def time_ours(robot, threads: int, n: int, rounds: int, rng) -> dict:
         out = fn(*args)
         for _ in range(3):
             fn(*args, out=out)
-        samples = []
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            fn(*args, out=out)
-            samples.append((time.perf_counter() - t0) / n * 1e9)
-        result[name] = samples
+        bursts = []
+        for _ in range(BURSTS):
+            samples = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                fn(*args, out=out)
+                samples.append((time.perf_counter() - t0) / n * 1e9)
+            bursts.append(samples)
+        result[name] = least_disturbed(bursts)
     return result
+
+
+BURSTS = 5
+"""Each side is measured in several bursts of ``rounds`` calls, and the burst of the smallest
+median kept: on a shared 2-core VM a burst that meets another tenant's load reads up to 2x
+(seen on the committed runs of d41c11c and 7763f3e); the same rule for Pinocchio and for us."""
+
+
+def least_disturbed(bursts: list[list[float]]) -> list[float]:
+    return min(bursts, key=lambda b: sorted(b)[len(b) // 2])
 
 
 def commit() -> str:
