@@ -131,10 +131,23 @@ def _entries(robot: Robot, body: Body) -> set[tuple[int, int]]:
         j = robot.bodies[j.parent]
 
 
-def column_items(robot: Robot) -> tuple[list[list[Body]], list[int]]:
+def writer(array: str, nv: int, seen: set):
+    """``write(scope, row, col, value)`` into ``array`` (row-major nv x nv): the first term of an
+    entry assigns it, later ones add; ``seen`` records the entries written."""
+
+    def write(scope, r, c, val):
+        target = f"{array}[{r * nv + c}]"
+        scope.add_to(target, val) if (r, c) in seen else scope.assign(target, val)
+        seen.add((r, c))
+
+    return write
+
+
+def column_items(robot: Robot) -> tuple[list[list[Body]], list[int], set]:
     """The block layout's work items: groups of bodies whose walks write disjoint entries of M
-    (a body and its mimics share columns: one item), and the rows holding entries no walk
-    writes (the zeros between separate branches), proved disjoint here, at generation time."""
+    (a body and its mimics share columns: one item), the rows holding entries no walk writes
+    (the zeros between separate branches), proved disjoint here, at generation time, and the
+    entries the walks write."""
     groups: list[tuple[set, list[Body]]] = []
     for b in robot.bodies:
         mine, members = _entries(robot, b), [b]
@@ -145,7 +158,7 @@ def column_items(robot: Robot) -> tuple[list[list[Body]], list[int]]:
     written = set().union(*(g[0] for g in groups)) if groups else set()
     zero_rows = sorted({r for r in range(robot.nv) for c in range(robot.nv) if (r, c) not in written})
     items = sorted((sorted(g[1], key=lambda x: x.index) for g in groups), key=lambda m: m[0].index)
-    return items, zero_rows
+    return items, zero_rows, written
 
 
 class CrbaEmitter(Emitter):
@@ -166,25 +179,18 @@ class CrbaEmitter(Emitter):
         robot = layers.robot
         nv = robot.nv
         steps = CrbaSteps(robot, {"xi": lambda i: f"s_XI[{i}]", "IC": lambda b, k: f"s_IC[{10 * b + k}]"})
-        items, zero_rows = column_items(robot)
+        items, zero_rows, written = column_items(robot)
 
         def column(scope, kind, what):
             if kind == "zero":
                 for c in range(nv):
-                    if (what, c) not in written_all:
+                    if (what, c) not in written:
                         scope.assign(f"s_M[{what * nv + c}]", 0.0)
                 return
-            seen: set = set()
-
-            def write(sc, r, c, val):
-                target = f"s_M[{r * nv + c}]"
-                sc.add_to(target, val) if (r, c) in seen else sc.assign(target, val)
-                seen.add((r, c))
-
+            write = writer("s_M", nv, set())  # an item is the only writer of its entries
             for b in what:
                 steps.walk(scope, b, steps.ic(b.index), write)
 
-        written_all = set().union(*(_entries(robot, b) for b in robot.bodies))
         work = [("item", m) for m in items] + [("zero", r) for r in zero_rows]
         return [
             n.Comment("composite inertias, leaves to root: each parent gathers its children (no atomics)"),
@@ -202,10 +208,7 @@ class CrbaEmitter(Emitter):
         scope = Scope("t")
         acc = {b.index: ss.rbi_of(b.inertia) for b in robot.bodies}
         seen: set = set()
-
-        def write(sc, r, c, val):
-            sc.add_to(f"M[{r * nv + c}]", val) if (r, c) in seen else sc.assign(f"M[{r * nv + c}]", val)
-            seen.add((r, c))
+        write = writer("M", nv, seen)
 
         def visit(sc, b):
             ss.xi_update(sc, robot, b, lambda i: f"q[{i}]", xi)
