@@ -305,3 +305,80 @@ def inertia_to_parent(X: "Transform", rbi: Sequence[Scalar], scope: Scope) -> li
         return [*scope.let_all(rbi_transform(rbi, lambda v: matTvec(X.E, v), X.r, scope), "IC")]
     mid = scope.let_all(rbi_transform(rbi, lambda v: X._joint_rotate(v, True), [0.0, 0.0, 0.0], scope), "IJ")
     return scope.let_all(rbi_transform(mid, lambda v: matTvec(X.E_t, v), X.r_t, scope), "IC")
+
+
+# -- symmetric 6x6 matrices (articulated inertias) in 21 scalars ---------------------------
+#
+# An articulated-body inertia is symmetric but not a rigid-body inertia, so it takes 21 numbers:
+# the upper triangle, row by row ((0,0), (0,1) .. (0,5), (1,1) .. (5,5)).  Recursions that divide
+# by a joint's inertia (ABA, Carpentier's Minv) carry these.
+
+
+def sym6_index(i: int, j: int) -> int:
+    """Position of entry ``(i, j)`` (either triangle) in the 21-scalar layout."""
+    if i > j:
+        i, j = j, i
+    return 6 * i - i * (i - 1) // 2 + (j - i)
+
+
+_SYM6_PAIRS = [(i, j) for i in range(6) for j in range(i, 6)]
+
+
+def sym6_of(M: np.ndarray) -> list[float]:
+    """A constant symmetric 6x6 (a spatial inertia, say) as 21 scalars."""
+    M = np.asarray(M)
+    return [clean(M[i, j]) for i, j in _SYM6_PAIRS]
+
+
+def sym6_from_rbi(rbi: Sequence[Scalar]) -> list[Scalar]:
+    """A rigid-body inertia in ten parameters as 21: ``[[Ibar, h x], [(h x)^T, m 1]]``."""
+    m, (hx, hy, hz), Ib = rbi[0], rbi[1:4], _sym(rbi)
+    neg = lambda x: sum_terms([(-1.0, x)])  # noqa: E731
+    hk = [[0.0, neg(hz), hy], [hz, 0.0, neg(hx)], [neg(hy), hx, 0.0]]  # h x
+    full = [[Ib[r][c] for c in range(3)] + hk[r] for r in range(3)]
+    full += [[hk[c][r] for c in range(3)] + [m if r == c else 0.0 for c in range(3)] for r in range(3)]
+    return [full[i][j] for i, j in _SYM6_PAIRS]
+
+
+def sym6_full(a: Sequence[Scalar]) -> list[list[Scalar]]:
+    """The 6x6 view (rows of entries) of 21 scalars."""
+    return [[a[sym6_index(i, j)] for j in range(6)] for i in range(6)]
+
+
+def sym6_times(a: Sequence[Scalar], m: Sequence[Scalar]) -> list[Scalar]:
+    """``A m``."""
+    return matvec(sym6_full(a), m)
+
+
+def sym6_add(a: Sequence[Scalar], b: Sequence[Scalar]) -> list[Scalar]:
+    return [sum_terms([(x,), (y,)]) for x, y in zip(a, b)]
+
+
+def sym6_sub_outer(a: Sequence[Scalar], U: Sequence[Sequence[Scalar]], Dinv: Sequence[Sequence[Scalar]],
+                   scope: Scope) -> list[Scalar]:
+    """``A - U Dinv U^T`` for ``U`` given as ``w`` columns (6-vectors) and ``Dinv`` ``w x w``
+    (symmetric): the articulated inertia a joint passes on to its parent."""
+    w = len(U)
+    UD = [scope.let_all([sum_terms([(U[k][r], Dinv[k][c]) for k in range(w)]) for r in range(6)], "UD")
+          for c in range(w)]  # columns of U Dinv
+    return [sum_terms([(a[sym6_index(i, j)],), *[(-1.0, UD[c][i], U[c][j]) for c in range(w)]])
+            for i, j in _SYM6_PAIRS]
+
+
+def sym6_to_parent(X: "Transform", a: Sequence[Scalar], scope: Scope) -> list[Scalar]:
+    """``X^T A X``: a body's articulated inertia in its parent's frame.  ``W = X^T A`` column by
+    column (A's columns as forces), then ``(X^T A X)[:, j] = X^T (row j of W)``; symmetric, so only
+    the upper triangle is kept."""
+    full = sym6_full(a)
+    W = [scope.let_all(X.force_T([full[r][k] for r in range(6)], scope), "W") for k in range(6)]  # W[:, k]
+    cols = [X.force_T([W[k][j] for k in range(6)], scope) for j in range(6)]  # row j of W, as a vector
+    return scope.let_all([cols[j][i] for i, j in _SYM6_PAIRS], "IA")
+
+
+def subspace_columns(body: Body) -> list[list[float]]:
+    """The joint's own motion subspace ``S`` as columns (the mimic multiplier NOT applied: a
+    relaxed-tree recursion's), constants cleaned; a free-flyer's six."""
+    from ..model.joints import motion_subspace
+
+    S = motion_subspace(body)
+    return [[clean(x, ROTATION_TOL) for x in S[:, k]] for k in range(S.shape[1])]
