@@ -333,7 +333,7 @@ def sym6_of(M: np.ndarray) -> list[float]:
 def sym6_from_rbi(rbi: Sequence[Scalar]) -> list[Scalar]:
     """A rigid-body inertia in ten parameters as 21: ``[[Ibar, h x], [(h x)^T, m 1]]``."""
     m, (hx, hy, hz), Ib = rbi[0], rbi[1:4], _sym(rbi)
-    neg = lambda x: sum_terms([(-1.0, x)])  # noqa: E731
+    neg = lambda x: sum_terms([(-1.0, x)])
     hk = [[0.0, neg(hz), hy], [hz, 0.0, neg(hx)], [neg(hy), hx, 0.0]]  # h x
     full = [[Ib[r][c] for c in range(3)] + hk[r] for r in range(3)]
     full += [[hk[c][r] for c in range(3)] + [m if r == c else 0.0 for c in range(3)] for r in range(3)]
@@ -365,7 +365,7 @@ def sym6_sub_outer(a: Sequence[Scalar], U: Sequence[Sequence[Scalar]], Dinv: Seq
             for i, j in _SYM6_PAIRS]
 
 
-def sym6_to_parent(X: "Transform", a: Sequence[Scalar], scope: Scope) -> list[Scalar]:
+def sym6_to_parent(X: Transform, a: Sequence[Scalar], scope: Scope) -> list[Scalar]:
     """``X^T A X``: a body's articulated inertia in its parent's frame.  ``W = X^T A`` column by
     column (A's columns as forces), then ``(X^T A X)[:, j] = X^T (row j of W)``; symmetric, so only
     the upper triangle is kept."""
