@@ -166,6 +166,38 @@ def target_from_env() -> int | None:
     return value
 
 
+ALL_SCRATCH = "*"
+"""In a rung's ``spilled`` set: every spillable region of the arena (composed ones included)."""
+
+
+def callee_rung(algorithm: str, level: int) -> str:
+    """In an orchestrator's rung: what rung ``level`` of the composed ``algorithm`` spills (its
+    deepest where it has fewer), so that an orchestrator's ladder follows its callees' own
+    analysis instead of naming their regions."""
+    return f"@{algorithm}:{level}"
+
+
+def expand_rungs(algorithm: str, rungs, regions, callee_plans: dict) -> tuple:
+    """``rungs`` with :data:`ALL_SCRATCH` and :func:`callee_rung` tokens replaced by region names."""
+    spillable = {r.name for r in regions if r.spillable}
+    out = []
+    for rung in rungs:
+        names: set = set()
+        for token in rung.spilled:
+            if token == ALL_SCRATCH:
+                names |= spillable
+            elif token.startswith("@"):
+                callee, _, level = token[1:].partition(":")
+                if callee not in callee_plans:
+                    raise PluginError(f"{algorithm}: rung {rung.level} follows '{callee}', which it does not compose")
+                plan = callee_plans[callee]
+                names |= set(plan.rungs[min(int(level), len(plan.rungs) - 1)].spilled)
+            else:
+                names.add(token)
+        out.append(attrs.evolve(rung, spilled=frozenset(names)))
+    return tuple(out)
+
+
 def validate_ladder(algorithm: str, regions, rungs) -> None:
     names = [r.name for r in regions]
     if len(set(names)) != len(names):

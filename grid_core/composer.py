@@ -13,7 +13,7 @@ import json
 
 import attrs
 
-from .arena import ArenaPlan, Tier, select_rungs, target_from_env
+from .arena import ArenaPlan, Tier, expand_rungs, select_rungs, target_from_env
 from .emit import nodes as n
 from .emit import spatial_steps as ss
 from .emit.emitter import EmitContext, GridDataField
@@ -396,7 +396,9 @@ class Composer:
             alg, em = self.emitter(name)
             options = em.make_options(self.opts.options_of(name))
             regions = Layers.regions(alg, self.robot, options, em, self.layers)
-            plan = select_rungs(alg.name, regions, alg.spill_rungs(self.robot, options), self.opts.target_shared_mem_bytes)
+            rungs = expand_rungs(alg.name, alg.spill_rungs(self.robot, options), regions,
+                                 {c: self.layers(c).plan for c in em.composes})
+            plan = select_rungs(alg.name, regions, rungs, self.opts.target_shared_mem_bytes)
             ctx = EmitContext(robot=self.robot, algorithm=alg, plan=plan, options=self.opts,
                               tuning=tuning_for(alg, self.robot) if self.opts.tuning else {},
                               max_perf_threads=self.max_threads, algorithm_options=options)

@@ -265,7 +265,9 @@ class Layers:
     def emit(self) -> list:
         em = self.emitter
         out = [*arena_emit.size_constants(self.plan, self.pfx)]
-        threads = max(32, min(512, -(-em.block_threads_hint(self.robot) // 32) * 32))
+        hint = max([em.block_threads_hint(self.robot)]
+                   + [h.emitter.block_threads_hint(self.robot) for h in self.callees.values()])
+        threads = max(32, min(512, -(-hint // 32) * 32))
         out += [n.Comment("Default block size of this algorithm's block-cooperative layout: its widest parallel\n"
                           "region, a warp multiple (a hint: any block size is correct; MAX_PERF_LEVEL_THREADS,\n"
                           "the header's widest, bounds TIER_SHARED)."),

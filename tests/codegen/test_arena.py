@@ -58,3 +58,17 @@ def test_placements_are_packed_per_space():
 def test_malformed_ladders_are_rejected(rungs, match):
     with pytest.raises(PluginError, match=match):
         select_rungs("x", REGIONS, rungs)
+
+
+def test_orchestrator_rungs_follow_the_callees_and_all_scratch():
+    from grid_core.arena import ALL_SCRATCH, callee_rung, expand_rungs
+
+    callee = select_rungs("callee", REGIONS, RUNGS, target_smem_bytes=227 * 1024)
+    regions = (ArenaRegion("out", 4, spillable=False), ArenaRegion("mine", 8), *REGIONS[1:])
+    rungs = (SpillRung(0, "none"), SpillRung(1, "callee's", {callee_rung("callee", 1)}),
+             SpillRung(2, "callee's deepest and mine", {callee_rung("callee", 7), "mine"}),
+             SpillRung(3, "all", {ALL_SCRATCH}))
+    out = expand_rungs("orch", rungs, regions, {"callee": callee})
+    assert [set(r.spilled) for r in out] == [set(), {"cold"}, {"cold", "hot", "mine"}, {"mine", "hot", "cold"}]
+    with pytest.raises(PluginError, match="does not compose"):
+        expand_rungs("orch", (SpillRung(0, "none"), SpillRung(1, "x", {callee_rung("other", 1)})), regions, {})
