@@ -71,3 +71,34 @@ def robot_cases(kinds=("emulated", "gpu"), spills=(False, True)) -> list:
                 out.append(pytest.param(kind, name, spill, id=f"{kind}-{name}-{rung}", marks=marks))
     return out
 
+
+
+BACKWARD_THRESH = 30.0
+"""LAPACK's threshold for its test ratios (as tests/algorithms/test_ill_conditioned_reference.py)."""
+
+
+def assert_solves(x, expected, M, b, dtype, what: str, parts=()) -> None:
+    """``x`` solves ``M x = b`` (states stacked: ``x``, ``b`` (N, n), ``M`` (N, n, n), float64).
+
+    Judged state by state the way the reference tests judge an ill-conditioned robot: where
+    ``cond(M) eps(dtype) <= TOL[dtype]`` the forward error against ``expected`` is held to
+    TOL[dtype]; where the condition number allows no such forward error in this precision
+    (float32 on a humanoid: cond 1e5) the backward error, LAPACK's ratio
+    ``||b - M x|| / (n eps (||M|| ||x|| + ||b|| + sum ||part||))`` (``parts``: the terms ``b``
+    was computed from, rounded like it), below 30."""
+    from grid_core.testing import rel_error
+
+    eps, tol = float(np.finfo(dtype).eps), TOL[dtype]
+    x, expected, M, b = (np.asarray(a, dtype=np.float64) for a in (x, expected, M, b))
+    n = M.shape[-1]
+    for k in range(len(x)):
+        cond = np.linalg.cond(M[k])
+        if cond * eps <= tol:
+            err = rel_error(x[k], expected[k])
+            assert err <= tol, f"{what} state {k}: relative error {err:.3e} exceeds {tol:.1e} (cond(M) {cond:.1e})"
+            continue
+        scale = (np.linalg.norm(M[k], 1) * np.linalg.norm(x[k], 1) + np.linalg.norm(b[k], 1)
+                 + sum(np.linalg.norm(np.asarray(p[k], dtype=np.float64), 1) for p in parts))
+        ratio = np.linalg.norm(b[k] - M[k] @ x[k], 1) / (n * eps * scale)
+        assert ratio < BACKWARD_THRESH, (f"{what} state {k}: backward error ratio {ratio:.1f} >= {BACKWARD_THRESH} "
+                                         f"(cond(M) {cond:.1e}: judged by the backward error)")
