@@ -177,8 +177,10 @@ def callee_rung(algorithm: str, level: int) -> str:
     return f"@{algorithm}:{level}"
 
 
-def expand_rungs(algorithm: str, rungs, regions, callee_plans: dict) -> tuple:
-    """``rungs`` with :data:`ALL_SCRATCH` and :func:`callee_rung` tokens replaced by region names."""
+def expand_rungs(algorithm: str, rungs, regions, callee_plans: dict, declared=None) -> tuple:
+    """``rungs`` with :data:`ALL_SCRATCH` and :func:`callee_rung` tokens replaced by region names.
+    A token of a callee that is ``declared`` (an alternative) but not composed for this robot
+    spills nothing."""
     spillable = {r.name for r in regions if r.spillable}
     out = []
     for rung in rungs:
@@ -189,6 +191,8 @@ def expand_rungs(algorithm: str, rungs, regions, callee_plans: dict) -> tuple:
             elif token.startswith("@"):
                 callee, _, level = token[1:].partition(":")
                 if callee not in callee_plans:
+                    if declared is not None and callee in declared:
+                        continue
                     raise PluginError(f"{algorithm}: rung {rung.level} follows '{callee}', which it does not compose")
                 plan = callee_plans[callee]
                 names |= set(plan.rungs[min(int(level), len(plan.rungs) - 1)].spilled)

@@ -395,12 +395,13 @@ class Composer:
         try:
             alg, em = self.emitter(name)
             options = em.make_options(self.opts.options_of(name))
-            regions = Layers.regions(alg, self.robot, options, em, self.layers)
+            tuning = tuning_for(alg, self.robot) if self.opts.tuning else {}
+            composed = Layers.composed_names(em, options, tuning)
+            regions = Layers.regions(alg, self.robot, options, em, self.layers, composed)
             rungs = expand_rungs(alg.name, alg.spill_rungs(self.robot, options), regions,
-                                 {c: self.layers(c).plan for c in em.composes})
+                                 {c: self.layers(c).plan for c in composed}, declared=em.composes)
             plan = select_rungs(alg.name, regions, rungs, self.opts.target_shared_mem_bytes)
-            ctx = EmitContext(robot=self.robot, algorithm=alg, plan=plan, options=self.opts,
-                              tuning=tuning_for(alg, self.robot) if self.opts.tuning else {},
+            ctx = EmitContext(robot=self.robot, algorithm=alg, plan=plan, options=self.opts, tuning=tuning,
                               max_perf_threads=self.max_threads, algorithm_options=options)
             layers = self._layers[name] = Layers(ctx, em, self.layers)
         finally:

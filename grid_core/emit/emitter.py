@@ -86,6 +86,11 @@ class Emitter:
     composes: tuple[str, ...] = ()
     """Algorithms whose inners this one calls (through :meth:`Layers.compose`); each must be in
     the algorithm's ``depends_on``."""
+    def composed(self, options, tuning: dict) -> tuple[str, ...]:
+        """The inners this robot's code composes, among :attr:`composes` (an orchestrator with
+        alternatives picks by its options or the measured tuning); default: all of them."""
+        return tuple(self.composes)
+
     staged: bool = False
     """Whether the per-state layout also gets the variant staged through shared memory."""
     stage_by_default: bool = False

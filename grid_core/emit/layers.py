@@ -107,7 +107,8 @@ class Layers:
             if name not in state_names:
                 raise CodegenError(f"{self.name}: '{name}' is not a state input")
         self.smem_inputs = tuple(p for p in self.states if p.name not in self.global_inputs)
-        self.callees = {name: compose(name) for name in emitter.composes} if emitter.composes else {}
+        composed = self.composed_names(emitter, ctx.algorithm_options, ctx.tuning)
+        self.callees = {name: compose(name) for name in composed}
         for h in self.callees.values():
             if h.needs_ximats and not emitter.needs_ximats:
                 raise CodegenError(f"{self.name}: composes {h.name}, whose inner needs XImats loaded: "
@@ -119,7 +120,17 @@ class Layers:
     # -- declarations -------------------------------------------------------------
 
     @staticmethod
-    def regions(alg, robot, options, emitter, compose) -> tuple[ArenaRegion, ...]:
+    def composed_names(emitter, options, tuning) -> tuple[str, ...]:
+        """The inners ``emitter`` composes for these options and this tuning (checked against
+        its declaration)."""
+        names = tuple(emitter.composed(options, tuning))
+        extra = [x for x in names if x not in emitter.composes]
+        if extra:
+            raise CodegenError(f"{emitter.algorithm.name}: composes {extra}, not declared in Emitter.composes")
+        return names
+
+    @staticmethod
+    def regions(alg, robot, options, emitter, compose, composed=None) -> tuple[ArenaRegion, ...]:
         """The whole arena of ``alg``: its ports' I/O regions (fixed), XI (when its inner
         needs it), its own scratch regions, then those of the inners it composes."""
         ins = alg.inputs(robot)
@@ -129,7 +140,7 @@ class Layers:
                   for p in ins if p.kind == "state" and p.name not in emitter.global_inputs]
         scratch = [xi_region(robot)] if emitter.needs_ximats else []
         scratch += list(alg.arenas(robot, options))
-        for name in emitter.composes:
+        for name in emitter.composes if composed is None else composed:
             scratch += list(compose(name).scratch_regions)
         seen: dict[str, str] = {}
         for r in fixed + scratch:

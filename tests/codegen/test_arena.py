@@ -70,5 +70,9 @@ def test_orchestrator_rungs_follow_the_callees_and_all_scratch():
              SpillRung(3, "all", {ALL_SCRATCH}))
     out = expand_rungs("orch", rungs, regions, {"callee": callee})
     assert [set(r.spilled) for r in out] == [set(), {"cold"}, {"cold", "hot", "mine"}, {"mine", "hot", "cold"}]
+    # an alternative the orchestrator declares but does not compose for this robot spills nothing
+    alt = expand_rungs("orch", (SpillRung(0, "none"), SpillRung(1, "x", {callee_rung("other", 1), "mine"})),
+                       regions, {}, declared=("callee", "other"))
+    assert set(alt[1].spilled) == {"mine"}
     with pytest.raises(PluginError, match="does not compose"):
         expand_rungs("orch", (SpillRung(0, "none"), SpillRung(1, "x", {callee_rung("other", 1)})), regions, {})
