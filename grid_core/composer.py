@@ -396,6 +396,7 @@ class Composer:
             alg, em = self.emitter(name)
             options = em.make_options(self.opts.options_of(name))
             tuning = tuning_for(alg, self.robot) if self.opts.tuning else {}
+            options = em.resolve_options(options, tuning)
             composed = Layers.composed_names(em, options, tuning)
             regions = Layers.regions(alg, self.robot, options, em, self.layers, composed)
             rungs = expand_rungs(alg.name, alg.spill_rungs(self.robot, options), regions,

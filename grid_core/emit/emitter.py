@@ -86,6 +86,12 @@ class Emitter:
     composes: tuple[str, ...] = ()
     """Algorithms whose inners this one calls (through :meth:`Layers.compose`); each must be in
     the algorithm's ``depends_on``."""
+    def resolve_options(self, options, tuning: dict):
+        """``options`` with the knobs left to measurement (``auto``) replaced by the measured
+        choice of ``tuning`` (this algorithm on this robot); what the arenas, the rungs and the
+        code then see.  Default: unchanged."""
+        return options
+
     def composed(self, options, tuning: dict) -> tuple[str, ...]:
         """The inners this robot's code composes, among :attr:`composes` (an orchestrator with
         alternatives picks by its options or the measured tuning); default: all of them."""
