@@ -294,13 +294,21 @@ def ximats_helpers(robot: Robot) -> list:
 INPUT_FIELDS = (
     ("q_qd", lambda r: r.nq + r.nv, "[q | qd] per state (USE_COMPRESSED_MEM)"),
     ("q_qd_u", lambda r: r.nq + 2 * r.nv, "[q | qd | u] per state (u: qdd or tau, by algorithm)"),
-    ("qdd", lambda r: r.nv, "joint accelerations (USE_COMPRESSED_MEM)"),
+    ("u", lambda r: r.nv, "the third input, qdd or tau by algorithm (USE_COMPRESSED_MEM)"),
     ("f_ext", lambda r: 6 * r.num_bodies, "external force per body, body frame, [force; moment]"),
 )
 
 
 def grid_data(robot: Robot, fields: list[GridDataField]) -> list:
-    all_fields = [GridDataField(nm, size(robot), doc) for nm, size, doc in INPUT_FIELDS] + list(fields)
+    all_fields = [GridDataField(nm, size(robot), doc) for nm, size, doc in INPUT_FIELDS]
+    for f in fields:  # algorithms with the same output (forward dynamics and ABA: qdd) share its buffer
+        same = next((g for g in all_fields if g.name == f.name), None)
+        if same is None:
+            all_fields.append(f)
+        elif same.elements != f.elements:
+            raise CodegenError(f"gridData field '{f.name}': {same.elements} and {f.elements} values per state")
+        else:
+            all_fields[all_fields.index(same)] = GridDataField(f.name, f.elements, f"{same.doc}; {f.doc}")
     members = []
     for f in all_fields:
         members.append(n.Stmt(f"T *h_{f.name} = nullptr", comment=f"{f.elements} per state: {f.doc}"))

@@ -674,7 +674,7 @@ class Layers:
         ]
         if third:
             body.append(n.If(f"{use_third} && USE_COMPRESSED_MEM", [
-                n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_qdd, hd_data->h_qdd, size_t(NUM_VEL) * num_timesteps "
+                n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_u, hd_data->h_u, size_t(NUM_VEL) * num_timesteps "
                        "* sizeof(T), cudaMemcpyHostToDevice, streams[1]))")], constexpr=True))
         if "f_ext" in names:
             body.append(n.If("hd_data->use_f_ext", [
@@ -695,7 +695,7 @@ class Layers:
         if "qd" in names:
             args["d_qd"], args["stride_qd"] = "d_in + NUM_POS", "stride"
         if third:
-            args[f"d_{third}"] = (f"!{use_third} ? nullptr : (USE_COMPRESSED_MEM ? hd_data->d_qdd : "
+            args[f"d_{third}"] = (f"!{use_third} ? nullptr : (USE_COMPRESSED_MEM ? hd_data->d_u : "
                                   "d_in + NUM_POS + NUM_VEL)")
             args[f"stride_{third}"] = "USE_COMPRESSED_MEM ? NUM_VEL : stride"
         if "f_ext" in names:
@@ -710,7 +710,7 @@ class Layers:
                                "num_timesteps * sizeof(T), cudaMemcpyDeviceToHost))"))
         outs = ", ".join(f"hd_data->h_{fields.get(p.name, p.name)}" for p in self.outputs)
         doc = (f"Host layer: copies the inputs of hd_data to the device, launches, copies the results\n"
-               f"back into {outs}.  USE_COMPRESSED_MEM: inputs in h_q_qd (and h_qdd), else h_q_qd_u."
+               f"back into {outs}.  USE_COMPRESSED_MEM: inputs in h_q_qd (and h_u), else h_q_qd_u."
                + (f"\n{third_flag}: read the {third} input (else zero)." if third_flag else "")
                + "\nBlock-layout batches run with the given block and thread dims.")
         return n.Function(sig, body, doc=doc)

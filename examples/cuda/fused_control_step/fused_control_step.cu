@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
                 qdd_cmd[e] = qdd_des[e] + kp * (q_des[e] - q[e]) + kd * (qd_des[e] - qd[e]);
                 hd->h_q_qd[k * (NQ + NV) + i] = q[e];
                 hd->h_q_qd[k * (NQ + NV) + NQ + i] = qd[e];
-                hd->h_qdd[e] = qdd_cmd[e];
+                hd->h_u[e] = qdd_cmd[e];
             }
         grid::inverse_dynamics<T, true, true>(hd, d_robotModel, grid::Gravity<T>(gravity), B, dim3(B), dim3(threads),
                                                streams);
