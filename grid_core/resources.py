@@ -165,6 +165,10 @@ def render_tuning(tuning: dict) -> str:
         ab = v.get("ab_block_n256_us", {})
         lines.append(f"  {name:<8} N=256 levels {ab.get('levels')} us, bodies {ab.get('bodies')} us -> {v.get('p1')}; "
                      f"per-state from N >= {v.get('per_state_min_n')}  ({v.get('gpu', '')})")
+        if "method" in v:  # an orchestrator with alternatives: both figures and the pick
+            gm = v.get("method_ab_geomean_us", {})
+            lines.append(f"  {'':<8} method {v['method']}: kernel geomean over N = {v.get('method_ab_sizes')}: "
+                         + ", ".join(f"{m} {t} us" for m, t in gm.items()))
     return "\n".join(lines)
 
 
