@@ -8,6 +8,8 @@ code into a :class:`~grid_core.emit.expr.Scope`; these drivers schedule them:
   bodies of a level in parallel, one warp each, one barrier per level) or by bodies (one
   body per step: the A/B alternative, and what a chain reduces to);
 * :func:`fan_out`: independent items (dofs, columns, pairs) one thread each;
+* :func:`fan_out_runs`: runs of independent items, each run one code path over a run-time
+  index (the columns of one body, say), the runs side by side in one loop;
 * :func:`depth_first`: the per-state layout's register schedule, each subtree's backward
   step taken as soon as the subtree is complete, so only the current root path stays live.
 """
@@ -80,6 +82,70 @@ def backward_gather(robot: Robot, step: Step, form: str) -> list:
 def fan_out(items: Sequence, step: Step, per_warp: bool = False) -> list:
     """``step(scope, *item)`` for every item, one thread (or warp) each, no barrier after."""
     return _switch(items, step, per_warp, unpack=True)
+
+
+@attrs.frozen
+class Run:
+    """``count`` independent items sharing one code path, for :func:`fan_out_runs`:
+    ``step(scope, k)`` writes item ``k``, a C++ ``int`` expression (the Python int 0 when
+    ``count`` is 1, so a single item's index folds)."""
+
+    count: int
+    step: Step
+    per_warp: bool = False
+    """One warp per item (lane 0 runs it): for long items whose code differs from their
+    neighbours' (a warp would otherwise run them one after another)."""
+    comment: str = ""
+
+
+def _place(runs: Sequence[Run]) -> tuple[list, int]:
+    """``(run, first index, indices per item)`` of each non-empty run, and the index count:
+    per-thread runs first, then the per-warp ones from a warp boundary, 32 indices an item."""
+    placed, pos = [], 0
+    for r in runs:
+        if not r.per_warp and r.count > 0:
+            placed.append((r, pos, 1))
+            pos += r.count
+    if any(r.per_warp and r.count > 0 for r in runs):
+        pos = -(-pos // 32) * 32
+    for r in runs:
+        if r.per_warp and r.count > 0:
+            placed.append((r, pos, 32))
+            pos += 32 * r.count
+    return placed, pos
+
+
+def runs_width(runs: Sequence[Run]) -> int:
+    """The threads :func:`fan_out_runs` gives work to, at most (its index count): a block-size hint."""
+    return _place(runs)[1]
+
+
+def fan_out_runs(runs: Sequence[Run], var: str = "k") -> list:
+    """Runs of independent items in one block-stride loop, no barrier after.  A run's items take
+    consecutive indices, so neighbouring threads run the same code (a warp diverges only where
+    one run ends and the next begins); the items of ``per_warp`` runs take one warp each, after
+    every per-thread run, from a warp boundary.  With as many threads as indices every item has
+    a thread of its own; with fewer the loop wraps (any block size is correct)."""
+    placed, total = _place(runs)
+    body: list = []
+    for r, start, stride in placed:
+        end = start + stride * r.count
+        if r.count == 1:
+            cond, index = f"{var} == {start}", 0
+        else:
+            cond = f"{var} < {end}" if start == 0 else f"{var} >= {start} && {var} < {end}"
+            offset = var if start == 0 else f"({var} - {start})"
+            if stride == 1:
+                index = var if start == 0 else f"{var} - {start}"
+            else:
+                cond += f" && {offset} % {stride} == 0"
+                index = f"{offset} / {stride}"
+        scope = Scope("t")
+        if r.comment:
+            scope.comment(r.comment)
+        r.step(scope, index)
+        body.append(n.If(cond, scope.body()))
+    return [n.BlockStrideLoop(var, total, body)] if body else []
 
 
 def depth_first(robot: Robot, scope: Scope, visit: Step, complete: Step) -> None:

@@ -1,0 +1,39 @@
+"""Golden tests of the shared sweep drivers' schedules (grid_core.emit.sweeps)."""
+
+from __future__ import annotations
+
+from grid_core.emit import sweeps
+from grid_core.emit.printer import render
+
+
+def test_fan_out_runs_places_runs_side_by_side_and_long_items_on_warps_of_their_own():
+    runs = [
+        sweeps.Run(3, lambda scope, k: scope.stmt(f"a[{k}] = T(1)"), comment="three items, one code path"),
+        sweeps.Run(1, lambda scope, k: scope.stmt(f"b[{k}] = T(2)")),
+        sweeps.Run(2, lambda scope, k: scope.stmt(f"c[{k}] = T(3)"), per_warp=True),
+        sweeps.Run(1, lambda scope, k: scope.stmt(f"d[{k}] = T(4)"), per_warp=True),
+        sweeps.Run(0, lambda scope, k: scope.stmt("never()")),
+    ]
+    assert sweeps.runs_width(runs) == 128
+    assert render(sweeps.fan_out_runs(runs)) == (
+        "for (int k = GRID_TID; k < 128; k += GRID_BLOCK_THREADS) {\n"
+        "    if (k < 3) {\n"
+        "        // three items, one code path\n"
+        "        a[k] = T(1);\n"
+        "    }\n"
+        "    if (k == 3) {\n"
+        "        b[0] = T(2);\n"
+        "    }\n"
+        "    if (k >= 32 && k < 96 && (k - 32) % 32 == 0) {\n"
+        "        c[(k - 32) / 32] = T(3);\n"
+        "    }\n"
+        "    if (k == 96) {\n"
+        "        d[0] = T(4);\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+def test_fan_out_runs_of_nothing_is_nothing():
+    assert sweeps.fan_out_runs([]) == []
+    assert sweeps.fan_out_runs([sweeps.Run(0, lambda scope, k: None)]) == []
