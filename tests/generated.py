@@ -35,7 +35,7 @@ def emitted() -> list[str]:
     return sorted(name for name, alg in algorithms().items() if alg.has_emitter())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def backend(kind: str, name: str, spill: bool, dtype=np.float64):
     """The generated code of robot ``name`` behind the Reference's methods: ``emulated``
     (host C++, CI) or ``gpu`` (RobotHandle, a CUDA device); ``spill`` forces the deepest rung."""
@@ -102,3 +102,17 @@ def assert_solves(x, expected, M, b, dtype, what: str, parts=()) -> None:
         ratio = np.linalg.norm(b[k] - M[k] @ x[k], 1) / (n * eps * scale)
         assert ratio < BACKWARD_THRESH, (f"{what} state {k}: backward error ratio {ratio:.1f} >= {BACKWARD_THRESH} "
                                          f"(cond(M) {cond:.1e}: judged by the backward error)")
+
+
+def launches(kind: str, name: str, spill: bool, dtype, algorithm: str) -> list:
+    """``(label, method)`` of ``algorithm`` on one backend: the Reference's alone (``kind``
+    ``"reference"``), else the generated code's on every layout and tier (the block layout at
+    tiers 0, 1 and 2, the per-state layout), from the shared library of :func:`backend`."""
+    if kind == "reference":
+        from grid_core import Reference
+
+        return [("reference", getattr(Reference(load(name)), algorithm))]
+    b = backend(kind, name, spill, dtype)
+    runs = [("block", t) for t in (0, 1, 2)] + [("per_state", 0)]
+    return [(f"{layout} tier {tier}", getattr(b.with_launch(layout=layout, tier=tier), algorithm))
+            for layout, tier in runs]
