@@ -19,10 +19,17 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.model import Robot
+from grid_core.arena import ArenaRegion, SpillRung
+from grid_core.emit import dense, sweeps
+from grid_core.emit import nodes as n
+from grid_core.emit import spatial_steps as ss
+from grid_core.emit.emitter import Emitter
+from grid_core.emit.expr import Scope, dot, is_const, prune_unused, sum_terms
+from grid_core.errors import CodegenError
+from grid_core.model import Body, JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm
-from grid_core.review import ParallelismReview, todo
+from grid_core.review import ParallelismReview, done, todo
 
 from ._mimic import relaxation
 from .inverse_dynamics import gravity_accel
@@ -76,6 +83,404 @@ def aba(robot: Robot, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY) -> np.nda
     return rel.constrain(qdd_r[:, 0], qdd_r[:, 1:])
 
 
+# -- code generation -------------------------------------------------------------------
+#
+# One set of per-body steps serves both layouts, as in inverse dynamics: the block-cooperative
+# one (one block per state: passes 1 and 3 forward sweeps, pass 2 a backward gather, by levels
+# or by bodies) and the per-state one (one thread per state, straight-line code on local arrays
+# whose every index is a constant, so they live in registers; pass 2 depth-first).
+#
+# Every array is addressed through generation-time slot tables (_Sparsity): an entry is stored
+# only where it can be non-zero and is not a robot constant (a leaf's articulated inertia, U and
+# D^-1 are constants, folded where read), and a mimic constraint's right-hand-side column only
+# where it reaches.
+
+
+class _Slots:
+    """Offsets of the entries of one array, by key, each ``width(key)`` scalars wide."""
+
+    def __init__(self, keys, width):
+        self.offset: dict = {}
+        self.size = 0
+        for key in sorted(keys):
+            self.offset[key] = self.size
+            self.size += width(key)
+
+
+_SYM6_PAIRS = [(i, j) for i in range(6) for j in range(i, 6)]  # spatial_steps' 21-scalar layout
+
+HOT = ("v", "pA", "IA", "a")
+"""Read and written across a sweep (children read v and a, every child adds into IA and pA)."""
+COLD = ("c", "U", "Dinv", "u", "qr")
+"""Written once, read once or twice later (c: passes 2 and 3; U, D^-1, u: pass 3; qr: the mimic
+solve), never accumulated: the sub-band that spills first."""
+
+
+class _Sparsity:
+    """Generation-time structure of ABA on the relaxed tree (P4): which (body, right-hand side)
+    pairs can be non-zero, and the slot tables of the arrays the steps store.
+
+    Column 0 is the physical right-hand side; column ``j >= 1`` is mimic constraint ``j``'s unit
+    force (``C^T``'s column: +1 on the mimic joint, -multiplier on the mimicked one; no velocity,
+    gravity or external force).  Its ``u`` can be non-zero only on those two joints and their
+    ancestors, its ``pA`` only on their strict ancestors; pass 3 then carries it into every
+    subtree below (``qdd``, the support of its accelerations)."""
+
+    def __init__(self, robot: Robot):
+        topo = robot.topology
+        nb = robot.num_bodies
+        self.mimics = [b for b in robot.bodies if b.mimic is not None]  # C's rows, in order
+        self.K = 1 + len(self.mimics)
+        self.width = [len(ss.subspace_columns(b)) for b in robot.bodies]
+        self.rhs = {}
+        """``(body, column >= 1)`` -> the constant joint force of that column (non-zero only)."""
+        for j, b in enumerate(self.mimics, start=1):
+            self.rhs[(b.index, j)] = 1.0
+            self.rhs[(b.mimic.body, j)] = -b.mimic.multiplier
+        self.u = {(b, 0) for b in range(nb)} | {(a, j) for (x, j) in self.rhs for a in topo.support[x]}
+        self.pA = {(b, 0) for b in range(nb)} | {(topo.parent[a], j) for a, j in self.u
+                                                  if j and topo.parent[a] >= 0}
+        self.qdd: set = set()
+        for b in range(nb):
+            p = topo.parent[b]
+            self.qdd |= {(b, j) for j in range(self.K)
+                         if j == 0 or (b, j) in self.u or (p >= 0 and (p, j) in self.qdd)}
+        parents = [b for b in range(nb) if topo.children[b]]
+        w = self.width
+        self.slots = {
+            "v": _Slots(parents, lambda b: 6),
+            "c": _Slots([b for b in range(nb) if topo.parent[b] >= 0], lambda b: 6),
+            "pA": _Slots(self.pA, lambda key: 6),
+            "IA": _Slots(parents, lambda b: 21),
+            "a": _Slots([(b, j) for b, j in self.qdd if topo.children[b]], lambda key: 6),
+            # a leaf's U and D^-1 are robot constants; a column's u is one where its pA is zero
+            "U": _Slots(parents, lambda b: 6 * w[b]),
+            "Dinv": _Slots(parents, lambda b: w[b] * (w[b] + 1) // 2),
+            "u": _Slots([(b, j) for b, j in self.u if j == 0 or (b, j) in self.pA], lambda key: w[key[0]]),
+            "qr": _Slots(self.qdd if self.K > 1 else (), lambda key: w[key[0]]),
+        }
+        every = set(range(nb))
+        self.nonzero = {"v": every, "c": every - {b for b in range(nb) if topo.parent[b] < 0},
+                        "pA": self.pA, "IA": every, "a": self.qdd, "U": every, "Dinv": every,
+                        "u": self.u, "qr": self.qdd}
+        """Keys whose entries can be non-zero: any other reads as an exact zero."""
+
+    def parts(self, names) -> list[tuple[str, int]]:
+        return [(nm, self.slots[nm].size) for nm in names if nm != "qr" or self.K > 1]
+
+
+def _rates(body: Body, qd) -> list:
+    """The body's joint rates on the relaxed tree (a mimic body's own: multiplier applied)."""
+    if body.jtype is JointType.FLOATING:
+        return [qd(body.v_index + k) for k in range(6)]
+    return [ss.joint_rate(body, qd)]
+
+
+def _combine(S, xs) -> list:
+    """``S x`` for the columns ``S`` of a motion subspace."""
+    return [sum_terms([(col[r], x) for col, x in zip(S, xs)]) for r in range(6)]
+
+
+class AbaSteps:
+    """ABA's per-body steps on the relaxed tree, every robot constant folded in.
+
+    ``arr`` maps ``q``, ``qd``, ``tau``, ``qdd`` and ``xi`` to C++ expressions (index ->
+    expression) and gives the ``prefix`` of the scratch arrays (``s_`` in shared memory, none
+    for the per-state layout's local arrays); ``fext_guard`` is the condition under which
+    ``f_ext`` is read, ``constexpr`` in the per-state layout."""
+
+    def __init__(self, robot: Robot, arr: dict, fext_guard: str, constexpr: bool):
+        self.robot, self.arr = robot, arr
+        self.sp = _Sparsity(robot)
+        self.fext_guard, self.constexpr = fext_guard, constexpr
+        self.a0 = ["a0x", "a0y", "a0z"]
+        self.known: dict[tuple, float] = {}
+        """Entries of the write-once arrays that are robot constants: never stored, folded where read."""
+        self.started: set = set()
+        """Accumulators (IA, a constraint column's pA) already assigned once."""
+
+    # -- storage ---------------------------------------------------------------------
+
+    def at(self, name: str, key, k: int) -> str:
+        slots = self.sp.slots[name].offset
+        if key not in slots:
+            raise CodegenError(f"aba: {name}{key} has no slot ({self.robot.name}: the sparsity missed it)")
+        return f"{self.arr['prefix']}{name}[{slots[key] + k}]"
+
+    def put(self, scope: Scope, name: str, key, values) -> None:
+        """Store a write-once entry (its constant elements only recorded)."""
+        for k, x in enumerate(values):
+            if is_const(x):
+                self.known[(name, key, k)] = float(x)
+            else:
+                scope.assign(self.at(name, key, k), x)
+
+    def get(self, name: str, key, width: int) -> list:
+        out = []
+        for k in range(width):
+            if (name, key, k) in self.known:
+                out.append(self.known[(name, key, k)])
+            elif key in self.sp.slots[name].offset:
+                out.append(self.at(name, key, k))
+            elif key not in self.sp.nonzero[name]:
+                out.append(0.0)
+            else:
+                raise CodegenError(f"aba: {name}{key} read before it is written ({self.robot.name})")
+        return out
+
+    def ia(self, b: int) -> list:
+        """Body ``b``'s articulated inertia: a leaf's is its own, a constant (never stored)."""
+        if not self.robot.topology.children[b]:
+            return ss.sym6_of(self.robot.bodies[b].inertia)
+        return [self.at("IA", b, k) for k in range(21)]
+
+    def _accumulate(self, scope: Scope, name: str, key, parts: list, first: list | None) -> None:
+        """``name[key] = first + sum(parts)`` the first time, ``+= sum(parts)`` after."""
+        started = (name, key) in self.started
+        terms = parts if started or first is None else [first, *parts]
+        for k in range(len(terms[0])):
+            total = sum_terms([(t[k],) for t in terms])
+            scope.add_to(self.at(name, key, k), total) if started else scope.assign(self.at(name, key, k), total)
+        self.started.add((name, key))
+
+    # -- the three passes ------------------------------------------------------------
+
+    def pass1(self, scope: Scope, body: Body) -> None:
+        """v and c of ``body`` (where read), and its bias force pA = v x* I v - f_ext."""
+        b = body.index
+        scope.comment(f"body {b} ({body.joint.name}): v, c, pA")
+        S = ss.subspace_columns(body)
+        vJ = scope.let_all(_combine(S, _rates(body, self.arr["qd"])), "vJ")
+        if body.parent < 0:
+            v = vJ  # and c = vJ x vJ = 0
+        else:
+            X = ss.Transform(self.robot, body, self.arr["xi"], scope)
+            Xv = X.motion(self.get("v", body.parent, 6), scope)
+            v = scope.let_all([sum_terms([(Xv[k],), (vJ[k],)]) for k in range(6)], "v")
+            self.put(scope, "c", b, scope.let_all(ss.cross_motion(v, vJ), "c"))
+        if self.robot.topology.children[b]:
+            self.put(scope, "v", b, v)
+        Iv = scope.let_all(ss.inertia_times(np.asarray(body.inertia), v), "Iv")
+        pA = ss.cross_force(v, Iv)
+        for k in range(6):
+            scope.assign(self.at("pA", (b, 0), k), pA[k])
+        # f_ext is [force; moment]; pA is [moment; force]
+        sub = [n.Stmt(f"{self.at('pA', (b, 0), k)} -= f_ext[{6 * b + (k + 3) % 6}]") for k in range(6)]
+        scope.stmts.append(n.If(self.fext_guard, sub, constexpr=self.constexpr))
+
+    def _rhs(self, body: Body, j: int, r: int):
+        """Column ``j``'s joint force on the body's ``r``-th relaxed coordinate."""
+        if j == 0:
+            return 0.0 if body.mimic is not None else self.arr["tau"](body.v_index + r)
+        return self.sp.rhs.get((body.index, j), 0.0)
+
+    def articulate(self, scope: Scope, b: int, to_parent: bool = True):
+        """U = IA S, D^-1 = (S^T U)^-1 and u = tau - S^T pA of body ``b`` (stored for pass 3);
+        with ``to_parent``, returns what it passes on: Ia = IA - U D^-1 U^T and, per column,
+        pa = pA + Ia c + U D^-1 u."""
+        body, sp = self.robot.bodies[b], self.sp
+        S = ss.subspace_columns(body)
+        w = len(S)
+        scope.comment(f"articulate body {b} ({body.joint.name}): U, D^-1, u" + (", Ia, pa" if to_parent else ""))
+        IA = self.ia(b)
+        U = [scope.let_all(ss.sym6_times(IA, s), "U") for s in S]
+        Dinv = dense.spd_inverse(scope, [[dot(S[r], U[c]) for c in range(w)] for r in range(w)])
+        self.put(scope, "U", b, [x for col in U for x in col])
+        self.put(scope, "Dinv", b, [Dinv[r][c] for r in range(w) for c in range(r, w)])
+        u = {}
+        for j in range(sp.K):
+            if (b, j) in sp.u:
+                pA = self.get("pA", (b, j), 6)
+                u[j] = scope.let_all([sum_terms([(self._rhs(body, j, r),), (-1.0, dot(S[r], pA))])
+                                      for r in range(w)], "u")
+                self.put(scope, "u", (b, j), u[j])
+        if not to_parent:
+            return None
+        # Ia S = U - U D^-1 D = 0 exactly: a column of S that is a unit vector e_k (an axis-aligned
+        # joint, a free-flyer's) makes Ia's row and column k zero; folded, not left to rounding
+        axes = {s.index(x) for s in S for x in s if abs(x) == 1.0 and sum(y != 0.0 for y in s) == 1}
+        Ia = ss.sym6_sub_outer(IA, U, Dinv, scope)
+        Ia = scope.let_all([0.0 if i in axes or j in axes else x for (i, j), x in zip(_SYM6_PAIRS, Ia)], "Ia")
+        Iac = ss.sym6_times(Ia, self.get("c", b, 6))
+        pa = {}
+        for j, uj in u.items():
+            Du = scope.let_all([sum_terms([(Dinv[r][s], uj[s]) for s in range(w)]) for r in range(w)], "Du")
+            pA = self.get("pA", (b, j), 6)
+            pa[j] = scope.let_all([sum_terms([(pA[k],), *[(U[r][k], Du[r]) for r in range(w)],
+                                              *([(Iac[k],)] if j == 0 else [])]) for k in range(6)], "pa")
+        return Ia, pa
+
+    def gather(self, scope: Scope, parent: int, children) -> None:
+        """Articulate each child, then ``IA[parent] += X^T Ia X`` and ``pA[parent] += X^T pa``."""
+        IAs: list = []
+        pAs: dict[int, list] = {}
+        for c in children:
+            body = self.robot.bodies[c]
+            Ia, pa = self.articulate(scope, c)
+            scope.comment(f"IA[{parent}] += X^T Ia X, pA[{parent}] += X^T pa ({body.joint.name})")
+            X = ss.Transform(self.robot, body, self.arr["xi"], scope)
+            IAs.append(ss.sym6_to_parent(X, Ia, scope))
+            for j, f in pa.items():
+                pAs.setdefault(j, []).append(scope.let_all(X.force_T(f, scope), "f"))
+        self._accumulate(scope, "IA", parent, IAs, ss.sym6_of(self.robot.bodies[parent].inertia))
+        for j, parts in sorted(pAs.items()):
+            if j == 0:
+                self.started.add(("pA", (parent, 0)))  # pass 1 assigned it
+            self._accumulate(scope, "pA", (parent, j), parts, None)
+
+    def pass3(self, scope: Scope, body: Body) -> None:
+        """a' = X a_parent + c, qdd = D^-1 (u - U^T a'), a = a' + S qdd, per column."""
+        b, p, sp = body.index, body.parent, self.sp
+        S = ss.subspace_columns(body)
+        w = len(S)
+        scope.comment(f"body {b} ({body.joint.name}): a, qdd")
+        X = ss.Transform(self.robot, body, self.arr["xi"], scope)
+        Uf = self.get("U", b, 6 * w)
+        U = [Uf[6 * r:6 * r + 6] for r in range(w)]
+        Dv = self.get("Dinv", b, w * (w + 1) // 2)
+        tri = {pair: k for k, pair in enumerate((r, c) for r in range(w) for c in range(r, w))}
+        Dinv = [[Dv[tri[(min(r, c), max(r, c))]] for c in range(w)] for r in range(w)]
+        for j in range(sp.K):
+            if (b, j) not in sp.qdd:
+                continue
+            if p < 0:  # a0 = [0; -g] for the physical column: X a0 = [0; E a0]
+                ap = [0.0, 0.0, 0.0] + X.rotate(self.a0, scope) if j == 0 else [0.0] * 6
+            else:
+                ap = X.motion(self.get("a", (p, j), 6), scope)
+                if j == 0:
+                    c = self.get("c", b, 6)
+                    ap = [sum_terms([(ap[k],), (c[k],)]) for k in range(6)]
+            ap = scope.let_all(ap, "a")
+            uj = self.get("u", (b, j), w)
+            t = scope.let_all([sum_terms([(uj[r],), (-1.0, dot(U[r], ap))]) for r in range(w)], "ut")
+            qdd = scope.let_all([sum_terms([(Dinv[r][s], t[s]) for s in range(w)]) for r in range(w)], "qdd")
+            if self.robot.topology.children[b]:
+                Sq = _combine(S, qdd)
+                self.put(scope, "a", (b, j), scope.let_all([sum_terms([(ap[k],), (Sq[k],)]) for k in range(6)], "a"))
+            if sp.K > 1:
+                self.put(scope, "qr", (b, j), qdd)
+            else:  # no mimic joint: the relaxed tree is the robot
+                for r in range(w):
+                    scope.assign(self.arr["qdd"](body.v_index + r), qdd[r])
+
+    # -- mimic constraints -------------------------------------------------------------
+
+    def _qr(self, b: int, j: int, r: int = 0):
+        return self.get("qr", (b, j), self.sp.width[b])[r]
+
+    def constraint_forces(self, scope: Scope) -> list:
+        """``z = K^-1 C a_r`` with ``K = C Y`` (Y: the constraint columns' relaxed accelerations)."""
+        rows = [(b.index, b.mimic.body, b.mimic.multiplier) for b in self.sp.mimics]
+        m = len(rows)
+        scope.comment(f"the {m} mimic constraint(s): z = K^-1 C a_r, K = C Y (Cholesky)")
+        CA = [[sum_terms([(self._qr(x, 0),), (-mult, self._qr(y, 0))])] for x, y, mult in rows]
+        K = [[sum_terms([(self._qr(x, l + 1),), (-mult, self._qr(y, l + 1))]) for l in range(m)]
+             for x, y, mult in rows]
+        return [row[0] for row in dense.spd_solve(scope, K, CA)]
+
+    def dof_owners(self) -> list[tuple[int, int]]:
+        """``(body, r)`` of each velocity index: the body whose ``r``-th coordinate it is."""
+        owners = {}
+        for b in self.robot.bodies:
+            if b.mimic is None:
+                for r in range(self.sp.width[b.index]):
+                    owners[b.v_index + r] = (b.index, r)
+        return [owners[v] for v in range(self.robot.nv)]
+
+    def constrained_qdd(self, scope: Scope, dof: int, z: list) -> None:
+        """``qdd = L (a_r - Y z)`` at one velocity index."""
+        b, r = self.dof_owners()[dof]
+        terms = [(self._qr(b, 0, r),), *[(-1.0, self._qr(b, l + 1, r), zl) for l, zl in enumerate(z)]]
+        scope.assign(self.arr["qdd"](dof), sum_terms(terms))
+
+
+def _arrays(prefix: str) -> dict:
+    """Where ABA's steps read and write: shared-memory arrays (``s_``) in the block layout,
+    local arrays (kept in registers) in the per-state layout."""
+
+    def vector(name):
+        return lambda i: f"{prefix}{name}[{i}]"
+
+    return {"q": vector("q"), "qd": vector("qd"), "tau": vector("tau"), "qdd": vector("qdd"),
+            "xi": vector("XI"), "prefix": prefix}
+
+
+_GRAVITY = [n.Stmt("const T a0x = -gravity.x"), n.Stmt("const T a0y = -gravity.y"),
+            n.Stmt("const T a0z = -gravity.z")]
+
+
+class AbaEmitter(Emitter):
+    Options = sweeps.SweepOptions
+    global_inputs = ("f_ext",)  # read in place: one spatial force per body, used once
+    nullable_inputs = ("f_ext",)
+    staged = True
+
+    def block_threads_hint(self, robot: Robot) -> int:
+        # one warp per body of the widest level (P1), one thread per dof for the mimic solve
+        return max(32 * robot.topology.max_level_width, robot.num_bodies, robot.nv)
+
+    def inner_doc(self, layers) -> str:
+        return f"f_ext: this state's external forces or nullptr.  Sweep form: {sweeps.form_of(layers.ctx)}."
+
+    def inner_body(self, layers) -> list:
+        robot = layers.robot
+        steps = AbaSteps(robot, _arrays("s_"), "f_ext != nullptr", constexpr=False)
+        form = sweeps.form_of(layers.ctx)
+        roots = [(b.index,) for b in robot.bodies if b.parent < 0]
+        out = [
+            *_GRAVITY,
+            n.Comment("pass 1, root to leaves: v, c and the bias forces pA (P1 by levels: the bodies of a level\n"
+                      "in parallel, on different warps, whose code differs: in one warp it would serialise)"),
+            *sweeps.forward(robot, steps.pass1, form),
+            n.Comment("pass 2, leaves to root: each parent articulates its children (U, D^-1, u, then Ia, pa) and\n"
+                      "gathers X^T Ia X and X^T pa (no atomics, a fixed order)"),
+            *sweeps.backward_gather(robot, steps.gather, form),
+            n.Comment("the roots' U, D^-1 and u (nothing to pass on)"),
+            *sweeps.fan_out(roots, lambda sc, b: steps.articulate(sc, b, to_parent=False), per_warp=True),
+            n.Sync(),
+            n.Comment("pass 3, root to leaves: a and qdd" + (" (relaxed, one column per right-hand side)"
+                                                            if steps.sp.K > 1 else "")),
+            *sweeps.forward(robot, steps.pass3, form),
+        ]
+        if steps.sp.K > 1:
+            head = Scope("z")
+            head.comment("every thread solves the small constraint system itself (broadcast reads of the\n"
+                         "relaxed accelerations): no barrier and nothing stored before the fan-out")
+            z = steps.constraint_forces(head)
+            fan = sweeps.fan_out([(dof,) for dof in range(robot.nv)],
+                                 lambda sc, dof: steps.constrained_qdd(sc, dof, z))
+            out += [n.Comment("qdd = L (a_r - Y z), one velocity index per thread"),
+                    *prune_unused([*head.stmts, *fan], "z")]
+        return out
+
+    def state_body(self, layers) -> list:
+        robot = layers.robot
+        arr = _arrays("")
+        steps = AbaSteps(robot, arr, "USE_F_EXT", constexpr=True)
+        scope = Scope("t")
+
+        def visit(sc, b):
+            ss.xi_update(sc, robot, b, arr["q"], arr["xi"])
+            steps.pass1(sc, b)
+
+        def complete(sc, c):
+            # a finished subtree: articulate it into its parent (only the root path's IA and pA
+            # stay live in registers)
+            p = robot.bodies[c].parent
+            steps.gather(sc, p, [c]) if p >= 0 else steps.articulate(sc, c, to_parent=False)
+
+        sweeps.depth_first(robot, scope, visit, complete)
+        for b in robot.bodies:
+            steps.pass3(scope, b)
+        if steps.sp.K > 1:
+            z = steps.constraint_forces(scope)
+            for dof in range(robot.nv):
+                steps.constrained_qdd(scope, dof, z)
+        arrays = "".join(f", {nm}[{size}]" for nm, size in steps.sp.parts(HOT + COLD) if size)
+        return [*_GRAVITY, n.Stmt(f"T XI[XI_SIZE]{arrays}", comment="registers: every index is a constant"),
+                *scope.body()]
+
+
 class ABA(Algorithm):
     name = "aba"
     inverts_mass_matrix = True
@@ -103,18 +508,33 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
 :math:`Y = M_r^{-1} C^T` from passes 2-3 on the columns of :math:`C^T` and :math:`K = C Y`.
 """
     review = ParallelismReview(
-        P1=todo("the three passes are per-body chains; bodies of one BFS level are independent "
-                "(pass 2's parent accumulation an atomicAdd or a per-level segmented reduction). "
-                "A/B-time it against serial GLASS-style 6x6 operations (a parallel level loses to "
-                "serial code when levels are narrow, as on a single arm)"),
-        P2=todo("on mimic robots the constraint right-hand sides are independent columns of passes "
-                "2-3: fan them across threads next to the physical one"),
-        P3=todo("Xup and the velocity-independent parts depend only on q: hoist them out of the "
-                "serial passes as one parallel pass over bodies; pass 1 has no cross-body carry "
-                "beyond v and can be level-batched"),
-        P4=todo("fold the known zeros of Xtree, the inertias and S (one-column revolute / prismatic "
-                "subspaces make U a column and D a scalar) into the emitted code"),
+        P1=done("block layout: passes 1 and 3 run level by level, the bodies of a level in parallel (one "
+                "warp each, one barrier per level); pass 2 is a backward gather by levels, each parent of a "
+                "level articulating its children (U, D^-1, u, Ia, pa) and summing their X^T Ia X and X^T pa "
+                "in a fixed order (no atomics). The per-body form stays available (p1='bodies') for the A/B "
+                "a level form needs (it can lose to serial code on narrow levels); a chain is the same "
+                "either way. Not yet timed on the GPU: the tuning file has no p1 for aba, so levels"),
+        P2=todo("done for the outputs: on mimic robots qdd = L (a_r - Y z) is a fan-out over velocity "
+                "indices (one thread each, the small constraint solve repeated per thread instead of a "
+                "barrier). Left: the constraint right-hand sides are independent columns of passes 2-3, "
+                "carried today by the one lane of the body's warp that runs it; spread them over the "
+                "warp's other lanes (the articulated inertias they share are computed once per body)"),
+        P3=done("the configuration-dependent transform data is hoisted into one parallel pass over bodies "
+                "(load_update_XImats); U, D^-1 and u are computed once, in pass 2, and stored for pass 3 "
+                "(the cold band) instead of being recomputed there"),
+        P4=done("robot constants folded into the code: a revolute joint's U is one column of IA, D one "
+                "entry and D^-1 one reciprocal; a leaf's articulated inertia, U and D^-1 are constants "
+                "(never stored); Ia's row and column along an axis-aligned joint are exact zeros (Ia S = 0), "
+                "folded; articulated inertias in 21 scalars; every array stored only where it can be "
+                "non-zero, a mimic constraint's column only where it reaches (generation-time sparsity)"),
+        notes="two layouts: block-cooperative (one block per state; the inline rung, and the inner "
+              "forward_dynamics may compose) and per-state (one thread per state, straight-line register "
+              "code, pass 2 depth-first so only the root path's IA and pA stay live); the launcher picks by "
+              "ABA_PER_STATE_MIN_N (not yet measured); a staged per-state variant for mapped host memory. "
+              "Mimic joints: the relaxed tree with one right-hand-side column per constraint, then "
+              "qdd = L (a_r - Y K^-1 C a_r) by a Cholesky of K (grid_core.emit.dense)",
     )
+    emitter = AbaEmitter
 
     def inputs(self, robot: Robot):
         return dynamics_inputs(robot, "tau")
@@ -124,6 +544,25 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
 
     def reference(self, ctx, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY):
         return aba(ctx.robot, q, qd, tau, f_ext, gravity)
+
+    def arenas(self, robot: Robot, options=None):
+        sp = _Sparsity(robot)
+        return (
+            ArenaRegion.group("sweep", sp.parts(HOT), "the sweep state: v (pass 1), pA and IA (pass 2, every child "
+                              "adds into its parent's), a (pass 3); stored where non-zero"),
+            ArenaRegion.group("cold", sp.parts(COLD), "written once, read once or twice later: c (passes 2, 3), "
+                              "U, D^-1, u (pass 3)" + (", the relaxed qdd (the mimic solve)" if sp.K > 1 else "")),
+        )
+
+    def spill_rungs(self, robot: Robot, options=None):
+        return (
+            SpillRung(0, "all in shared memory"),
+            SpillRung(1, "cold sub-band in global", {"cold"},
+                      "c, U, D^-1 and u go to d_workspace: each is written once, read in pass 3 (c also once in "
+                      "pass 2) and never accumulated, so a spilled access is paid once, while the hot sweep "
+                      "state (v, pA, IA, a), re-read by every child, stays in shared memory"),
+            SpillRung(2, "all scratch in global", {"sweep", "cold", "XI"}, "the sweep state and transform data too"),
+        )
 
 
 @hookimpl
