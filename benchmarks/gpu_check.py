@@ -36,13 +36,26 @@ RUNTIME_ROBOTS = ["iiwa14", "go2", "g1"]
 SIZES = [1, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
 ARCH = os.environ.get("GRID_CUDA_ARCH", "sm_90")
 
-# ../shared/ANCHORS.md: upstream GRiD inverse dynamics, µs.
-# §C kernel-only, upstream rebuilt on our H200 (float32, one block per state).
+# ../shared/ANCHORS.md: upstream GRiD, µs.
+# §C kernel-only, upstream rebuilt on our H200 (float32, one block per state), per algorithm.
 UPSTREAM_H200_KERNEL = {
-    "iiwa14": {1: 9.7, 256: 10.8, 1024: 14.6, 4096: 36.3, 16384: 122.2},
-    "hyq": {256: 8.8, 16384: 82.2},
-    "atlas": {1: 12.8, 256: 14.2, 1024: 27.8, 4096: 80.9, 16384: 294.2},
+    "inverse_dynamics": {
+        "iiwa14": {1: 9.7, 256: 10.8, 1024: 14.6, 4096: 36.3, 16384: 122.2},
+        "hyq": {256: 8.8, 16384: 82.2},
+        "atlas": {1: 12.8, 256: 14.2, 1024: 27.8, 4096: 80.9, 16384: 294.2},
+    },
+    "minv": {
+        "iiwa14": {1: 11.8, 256: 12.7, 1024: 19.2, 4096: 51.6, 16384: 176.1},
+        "hyq": {256: 11.6, 16384: 170.7},
+        "atlas": {1: 23.0, 256: 25.1, 1024: 63.0, 4096: 219.3, 16384: 841.0},
+    },
+    "forward_dynamics": {
+        "iiwa14": {1: 15.0, 256: 15.8, 1024: 25.5, 4096: 71.5, 16384: 257.6},
+        "hyq": {256: 13.5, 16384: 222.3},
+        "atlas": {1: 27.8, 256: 29.7, 1024: 78.9, 4096: 279.9, 16384: 1067.0},
+    },
 }
+UPSTREAM_H200_KERNEL["aba"] = UPSTREAM_H200_KERNEL["forward_dynamics"]  # the same quantity, qdd
 # §A published release, RTX 5090: resident (host-timed launch + sync) / host (with I/O).
 UPSTREAM_5090 = {
     "inverse_dynamics": {
@@ -54,8 +67,20 @@ UPSTREAM_5090 = {
         "iiwa14": {16: (11.0, 16.8), 256: (11.2, 19.0), 1024: (16.8, 29.4)},
         "g1": {16: (34.3, 41.8), 256: (34.9, 102.0), 1024: (120.0, 370.0)},
     },
+    "minv": {
+        "iiwa14": {16: (12.4, 21.5), 256: (12.6, 24.1), 1024: (19.7, 36.0)},
+        "g1": {16: (55.6, 66.9), 256: (105.0, 175.0), 1024: (345.0, 593.0)},
+    },
+    "forward_dynamics": {
+        "iiwa14": {16: (15.7, 24.8), 256: (16.0, 26.4), 1024: (26.7, 38.6)},
+        "go2": {16: (30.4, 39.7), 256: (31.0, 42.1), 1024: (60.8, 77.0)},
+        "g1": {16: (74.2, 83.7), 256: (139.0, 152.0), 1024: (459.0, 487.0)},
+    },
 }
+UPSTREAM_5090["aba"] = UPSTREAM_5090["forward_dynamics"]
 HBM_BYTES_PER_S = 4.3e12  # ANCHORS §D memory floor
+# the issues' absolute targets: (robot, B, resident µs to stay under)
+RESIDENT_LIMITS = {"crba": [("g1", 1024, 60.0)], "forward_dynamics": [("g1", 1024, 200.0)]}
 
 
 def bytes_per_state(robot_name: str, algorithm: str) -> int:
@@ -81,19 +106,38 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], text=True, capture_output=True, **kw)
 
 
+def _has_option(alg: str, option: str) -> bool:
+    import attrs
+
+    import grid_core
+
+    a = grid_core.registry().algorithm(alg)
+    return a.has_emitter() and option in attrs.fields_dict(a.emitter.Options)
+
+
+def _with_base(opts: dict) -> dict:
+    """Generate options of a variant: forward dynamics always by Minv (tau - bias) here, so that
+    this run times that method beside aba (the tune phase picks between the two)."""
+    algo = {"forward_dynamics": {"method": "minv"}} if "forward_dynamics" in ALGORITHMS else {}
+    for a, o in opts.get("algorithm_options", {}).items():
+        algo[a] = {**algo.get(a, {}), **o}
+    return {**opts, **({"algorithm_options": algo} if algo else {})}
+
+
 def variants():
     """(label, robot, generate options): normal, forced deepest spill, per-body sweeps."""
     out = []
     if os.environ.get("GRID_CHECK_VARIANTS") == "base":  # a quick rerun: the default builds only
-        return [(r, r, {}) for r in ROBOTS]
+        return [(r, r, _with_base({})) for r in ROBOTS]
+    bodies = {a: {"p1": "bodies"} for a in ALGORITHMS if _has_option(a, "p1")}
     for r in ROBOTS:
         out.append((r, r, {}))
         out.append((f"{r}-spill", r, {"target_shared_mem_bytes": 0}))
-        out.append((f"{r}-bodies", r, {"algorithm_options": {a: {"p1": "bodies"} for a in ALGORITHMS}}))
+        out.append((f"{r}-bodies", r, {"algorithm_options": bodies}))
     for r in ("atlas", "g1"):
         for occ in (2, 4):
             out.append((f"{r}-occ{occ}", r, {"algorithm_options": {"inverse_dynamics": {"per_state_min_blocks": occ}}}))
-    return out
+    return [(label, r, _with_base(o)) for label, r, o in out]
 
 
 def _build_key(cmd, inputs) -> str:
@@ -122,7 +166,13 @@ def _nvcc(cmd, output: Path, inputs, what: str) -> None:
 
 
 # timed by the generic bench (src/bench.cu); GRID_CHECK_ALGORITHMS=crba,... for a quick rerun of some
-ALGORITHMS = [a for a in os.environ.get("GRID_CHECK_ALGORITHMS", "inverse_dynamics,crba").split(",") if a]
+def _emitted() -> str:
+    import grid_core
+
+    return ",".join(sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter()))
+
+
+ALGORITHMS = [a for a in (os.environ.get("GRID_CHECK_ALGORITHMS") or _emitted()).split(",") if a]
 
 
 def adapter(robot, algorithm: str) -> str:
@@ -647,9 +697,39 @@ def phase_tune(state: dict) -> None:
             entry.update(p1=p1, ab_block_n256_us={"levels": levels_256, "bodies": bodies_256},
                          ab_block_n1024_us={"levels": k.get((1024, "block")), "bodies": kb.get(1024)},
                          gpu=state.get("gpu", ""))
+            if alg == "forward_dynamics":
+                _pick_method(entry, rows, r)
             tuning["robots"][r] = entry
         state["tuning"][alg] = tuning
         (ROOT / "grid_algorithms" / f"{alg}.tuning.json").write_text(json.dumps(tuning, indent=1) + "\n")
+
+
+def _pick_method(entry: dict, rows: list, robot: str) -> None:
+    """Forward dynamics by Minv (tau - bias) or by ABA: the method whose auto-layout kernel times
+    have the smaller geometric mean over the batch sizes both were timed at (this run's rows of
+    forward_dynamics, built by Minv, and of aba).  With ABA the crossover is aba's own."""
+    import math
+
+    def auto(alg):
+        return {x["n"]: x["kernel_us"] for x in rows if x.get("algorithm") == alg and x["robot"] == robot
+                and x["layout"] == "auto"}
+
+    fd, aba = auto("forward_dynamics"), auto("aba")
+    common = sorted(set(fd) & set(aba))
+    if not common:
+        return
+    gm = {m: math.exp(sum(math.log(t[n]) for n in common) / len(common)) for m, t in (("minv", fd), ("aba", aba))}
+    entry["method"] = min(gm, key=gm.get)
+    entry["method_ab_geomean_us"] = {m: round(v, 3) for m, v in gm.items()}
+    entry["method_ab_sizes"] = common
+    if entry["method"] == "aba":
+        per = {(x["n"], x["layout"]): x["kernel_us"] for x in rows if x.get("algorithm") == "aba" and x["robot"] == robot}
+        sizes = sorted({n for n, _ in per})
+        for n in sizes:
+            if (n, "block") in per and all(per[(m, "per_state")] <= per[(m, "block")]
+                                           for m in sizes if m >= n and (m, "block") in per):
+                entry["per_state_min_n"] = n
+                break
 
 
 def gpu_name() -> str:
@@ -687,6 +767,20 @@ def targets(rows: list) -> list[str]:
                     ok = x["resident_us"] < res_ and 0 < x["io_us"] < host
                     out.append(f"  {r} B={n}: resident {x['resident_us']:.1f} vs {res_}, with copies "
                                f"{x['io_us']:.1f} vs {host} (upstream, RTX 5090)  {'yes' if ok else 'NO'}")
+        # §C: upstream's kernels rebuilt on this H200; the forward-dynamics issue asks >= 10x
+        need = 10.0 if alg in ("minv", "forward_dynamics") else None
+        for r, cells in UPSTREAM_H200_KERNEL.get(alg, {}).items():
+            for n, up in cells.items():
+                x = auto.get((r, n))
+                if x:
+                    verdict = "" if need is None else ("  yes" if up / x["kernel_us"] >= need else "  NO")
+                    out.append(f"  {r} N={n}: kernel {x['kernel_us']:.2f} vs upstream on this H200 {up} "
+                               f"({up / x['kernel_us']:.1f}x){verdict}")
+        for r, n, limit in RESIDENT_LIMITS.get(alg, ()):
+            x = auto.get((r, n))
+            if x:
+                out.append(f"  {r} B={n}: resident {x['resident_us']:.1f} us, target under {limit}  "
+                           f"{'yes' if x['resident_us'] < limit else 'NO'}")
     return out
 
 
@@ -699,7 +793,7 @@ def summary(state: dict) -> str:
         mine = [x for x in rows if x.get("algorithm", "inverse_dynamics") == alg]
         if not mine:
             continue
-        up_kernel = UPSTREAM_H200_KERNEL if alg == "inverse_dynamics" else {}
+        up_kernel = UPSTREAM_H200_KERNEL.get(alg, {})
         up_5090 = UPSTREAM_5090.get(alg, {})
         lines.append("")
         lines.append(f"{alg}, float32, µs (median). kernel = one launch in cudaEvents; empty = empty kernel, "
@@ -752,6 +846,10 @@ def summary(state: dict) -> str:
         lines.append("")
         lines.append(f"tuning of {alg} (block layout A/B of the P1 sweep form; crossover to the per-state layout):")
         for r, v in tun["robots"].items():
+            if "method" in v:
+                lines.append(f"  {r:<8} method={v['method']} (kernel geomean over N={v['method_ab_sizes']}: "
+                             f"Minv (tau - bias) {v['method_ab_geomean_us']['minv']} us, "
+                             f"ABA {v['method_ab_geomean_us']['aba']} us)")
             lines.append(f"  {r:<8} per_state_min_n={v['per_state_min_n']:<8} P1 winner={v['p1']:<7} "
                          f"N=256 levels {v['ab_block_n256_us']['levels']} us vs bodies {v['ab_block_n256_us']['bodies']} us;"
                          f" N=1024 levels {v['ab_block_n1024_us']['levels']} vs bodies {v['ab_block_n1024_us']['bodies']}")

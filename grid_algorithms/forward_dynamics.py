@@ -1,41 +1,133 @@
-"""Forward dynamics composed as ``qdd = M^-1 (tau - ID(q, qd, 0, f_ext))``.
+"""Forward dynamics composed as ``qdd = M^-1 (tau - ID(q, qd, 0, f_ext))``, or by ABA.
 
 The orchestrator that upstream GRiD emits as ``forward_dynamics``: the inverse
 inertia (:mod:`grid_algorithms.minv`) applied to the joint forces minus the bias
 forces (inverse dynamics at zero acceleration, :mod:`grid_algorithms.inverse_dynamics`).
-It equals :mod:`grid_algorithms.aba`; it pays ``O(n^2)`` for ``M^-1``, which the
-gradient (``forward_dynamics_gradient``) needs anyway, and it is the path upstream
-GRiD takes on mimic robots.
+It equals :mod:`grid_algorithms.aba`, whose inner the generated code composes instead
+where the GPU measured it faster (``forward_dynamics.tuning.json``); the Minv route pays
+``O(n^2)`` for ``M^-1``, which the gradient (``forward_dynamics_gradient``) needs anyway.
 """
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
+from grid_core.arena import ALL_SCRATCH, ArenaRegion, SpillRung, callee_rung
+from grid_core.emit import nodes as n
+from grid_core.emit.emitter import Emitter, LayerOptions
+from grid_core.emit.expr import Scope, sum_terms
 from grid_core.model import Robot
-from grid_core.review import ParallelismReview, not_applicable, todo
+from grid_core.review import ParallelismReview, done, not_applicable, todo
+
+# -- code generation -------------------------------------------------------------------
+#
+# An orchestrator, two ways: Minv (tau - bias) with the inners of minv and inverse_dynamics
+# (the device layer the generator writes loads XImats once; both inners read it), or the
+# articulated-body algorithm's inner.  Which one a robot gets is measured on the GPU
+# (forward_dynamics.tuning.json) and baked into its header.
+
+METHODS = ("minv", "aba")
+
+
+@attrs.frozen
+class ForwardDynamicsOptions(LayerOptions):
+    method: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", *METHODS)))
+    """``minv``: Minv (tau - ID(q, qd, 0, f_ext)); ``aba``: the articulated-body algorithm; ``auto``:
+    the measured winner for the robot (else ``minv``)."""
+
+
+class ForwardDynamicsEmitter(Emitter):
+    Options = ForwardDynamicsOptions
+    global_inputs = ("f_ext",)  # handed, in place, to the composed inner
+    composes = ("inverse_dynamics", "minv", "aba")
+    staged = True
+
+    def resolve_options(self, options, tuning):
+        if options.method != "auto":
+            return options
+        return attrs.evolve(options, method=tuning.get("method", "minv"))
+
+    def composed(self, options, tuning):
+        return ("aba",) if options.method == "aba" else ("inverse_dynamics", "minv")
+
+    def inner_doc(self, layers) -> str:
+        how = ("the articulated-body algorithm (aba_inner)" if _method(layers) == "aba"
+               else "Minv (tau - bias): minv_inner and inverse_dynamics_inner")
+        return f"f_ext: this state's external forces or nullptr.  Method: {how}."
+
+    def inner_body(self, layers) -> list:
+        if _method(layers) == "aba":
+            return [layers.call_inner(layers.compose("aba"), s_qdd="s_qdd", s_q="s_q", s_qd="s_qd", s_tau="s_tau",
+                                      f_ext="f_ext")]
+        rnea, minv = layers.compose("inverse_dynamics"), layers.compose("minv")
+        return [
+            n.Comment("the bias forces ID(q, qd, 0, f_ext): the composed inverse dynamics on a zero band"),
+            n.BlockStrideLoop("i", "NUM_VEL", [n.Stmt("s_zero[i] = T(0)")]),
+            n.Sync(),
+            layers.call_inner(rnea, s_tau="s_bias", s_q="s_q", s_qd="s_qd", s_qdd="s_zero", f_ext="f_ext"),
+            n.Comment("no barrier between the two: Minv reads only q and XImats, and writes none of what\n"
+                      "inverse dynamics reads or writes (their scratch regions are apart in the arena)"),
+            layers.call_inner(minv, s_Minv="s_Minv", s_q="s_q"),
+            n.Sync(),
+            n.Comment("qdd = Minv (tau - bias), one row per thread"),
+            n.BlockStrideLoop("i", "NUM_VEL", [
+                n.Stmt("T acc = T(0)"),
+                n.For("int j = 0", "j < NUM_VEL", "++j",
+                      [n.Stmt("acc += s_Minv[i * NUM_VEL + j] * (s_tau[j] - s_bias[j])")]),
+                n.Stmt("s_qdd[i] = acc")]),
+        ]
+
+    def state_body(self, layers) -> list:
+        if _method(layers) == "aba":
+            return [layers.call_state(layers.compose("aba"), {"USE_F_EXT": "USE_F_EXT"},
+                                      qdd="qdd", q="q", qd="qd", tau="tau", f_ext="f_ext")]
+        rnea, minv = layers.compose("inverse_dynamics"), layers.compose("minv")
+        nv = layers.robot.nv
+        scope = Scope("t")
+        u = scope.let_all([sum_terms([(f"tau[{j}]",), (-1.0, f"bias[{j}]")]) for j in range(nv)], "u")
+        for i in range(nv):
+            scope.assign(f"qdd[{i}]", sum_terms([(f"Minv[{i * nv + j}]", u[j]) for j in range(nv)]))
+        return [
+            n.Stmt(f"T bias[NUM_VEL], Minv[{nv * nv}]", comment="registers (or local memory): constant indices"),
+            layers.call_state(rnea, {"USE_QDD": "false", "USE_F_EXT": "USE_F_EXT"},
+                              tau="bias", q="q", qd="qd", qdd="nullptr", f_ext="f_ext"),
+            layers.call_state(minv, Minv="Minv", q="q"),
+            n.Comment("qdd = Minv (tau - bias)"),
+            *scope.body(),
+        ]
+
+
+def _method(layers) -> str:
+    return layers.ctx.algorithm_options.method
 
 
 class ForwardDynamics(Algorithm):
     name = "forward_dynamics"
-    summary = "joint accelerations qdd = Minv(q) (tau - ID(q, qd, 0, f_ext)), composed"
+    summary = "joint accelerations qdd = Minv(q) (tau - ID(q, qd, 0, f_ext)), composed (or by ABA)"
     math = r"""
 .. math::
 
    \ddot q = M^{-1}(q)\,\big(\tau - \mathrm{ID}(q, \dot q, 0, f^{ext})\big) .
 """
-    depends_on = ("minv", "inverse_dynamics")
+    depends_on = ("minv", "inverse_dynamics", "aba")
+    emitter = ForwardDynamicsEmitter
     review = ParallelismReview(
-        P1=not_applicable("no tree recursion of its own: the recursions are minv's and "
-                          "inverse_dynamics' (see their reviews)"),
-        P2=todo("the final matrix-vector product is nv independent row dot products: fan them "
-                "across threads"),
-        P3=todo("minv and the bias forces are independent of each other: run the two inners "
-                "concurrently (split block or back-to-back without a sync), sharing one XImats load"),
-        P4=todo("keep Minv in the layout minv writes (upper triangle) and read it symmetrically in "
-                "the product, instead of mirroring it first"),
+        P1=not_applicable("no tree recursion of its own: the recursions are its callees' (minv's and "
+                          "inverse_dynamics', or aba's: see their reviews)"),
+        P2=done("the final matrix-vector product is nv independent row dot products, one thread each"),
+        P3=done("minv and the bias forces are independent: their inners run back to back with no barrier "
+                "between them, on the one XImats load of the device layer; running them side by side on "
+                "two halves of the block is left (each inner is written for the whole block)"),
+        P4=todo("Minv is symmetric: read its upper triangle in the product and let minv skip the mirror; "
+                "the bias forces' zero acceleration is still read and multiplied (IEEE rules keep the "
+                "compiler from folding x * 0)"),
+        notes="two methods: Minv (tau - bias) composed from minv and inverse_dynamics, or the "
+              "articulated-body algorithm (aba's inner); the method of each robot is measured on the GPU "
+              "(forward_dynamics.tuning.json, figures below) and baked into its header; both layouts, "
+              "the launcher picks by FORWARD_DYNAMICS_PER_STATE_MIN_N",
     )
 
     def inputs(self, robot: Robot):
@@ -43,6 +135,25 @@ class ForwardDynamics(Algorithm):
 
     def outputs(self, robot: Robot, **options):
         return (Port("qdd", (robot.nv,), "joint accelerations"),)
+
+    def arenas(self, robot: Robot, options=None):
+        if options is not None and options.method == "aba":
+            return ()  # the composed aba brings its own
+        nv = robot.nv
+        return (ArenaRegion("bias", nv, "bias forces ID(q, qd, 0, f_ext)"),
+                ArenaRegion("zero", nv, "zeros, the acceleration the composed inverse dynamics reads"),
+                ArenaRegion("Minv", nv * nv, "inverse joint-space inertia matrix"))
+
+    def spill_rungs(self, robot: Robot, options=None):
+        # the callee's own analysis (minv's F region first: seed 004's F-region spill; or aba's
+        # cold sub-band), then everything
+        return (
+            SpillRung(0, "all in shared memory"),
+            SpillRung(1, "the callee's first spill",
+                      {callee_rung(c, 1) for c in ("minv", "aba") if c in ForwardDynamicsEmitter.composes},
+                      "what the composed minv's (or aba's) rung 1 spills"),
+            SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "every scratch region, XImats included"),
+        )
 
     def reference(self, ctx, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY):
         bias = ctx.inverse_dynamics(q, qd, np.zeros(ctx.robot.nv), f_ext, gravity)

@@ -136,3 +136,32 @@ def test_calls_are_checked_against_the_signature():
         sig.call({"s_x": "a", "s_y": "b", "s_z": "c"})
     with pytest.raises(CodegenError, match="no template parameter"):
         sig.call({"s_x": "a", "s_y": "b"}, {"T": "T", "Y_IN_SMEM": "true"})
+
+
+@pytest.mark.parametrize("robot", ["iiwa14", "go2", "erd:panda"])
+def test_forward_dynamics_loads_ximats_once_and_calls_minv_and_rnea_by_handle(robot):
+    """The orchestrator's contract: one XImats load per state (its device layer), then the
+    inners of inverse_dynamics and minv called through their handles, not copies of them."""
+    r = load(robot)
+    text = generate(r, ["forward_dynamics"])
+    device = _function(text, "forward_dynamics_device")
+    inner = _function(text, "forward_dynamics_inner")
+    kernel = _function(text, "forward_dynamics_kernel")
+    assert device.count("load_update_XImats<T>(") == 1
+    assert "load_update_XImats" not in inner and "load_update_XImats" not in kernel
+    assert kernel.count("forward_dynamics_device<T,") == 3  # one per tier
+    composer = Composer(r, GenerateOptions())
+    mine = composer.layers("forward_dynamics")
+    rnea, minv = composer.layers("inverse_dynamics"), composer.layers("minv")
+    inner_fn = next(x for x in mine.emit() if isinstance(x, n.Function) and x.signature is mine.inner)
+    assert [c.callee for c in inner_fn.body if isinstance(c, Call)] == [rnea.inner, minv.inner]
+    state_fn = next(x for x in mine.emit() if isinstance(x, n.Function) and x.signature is mine.state)
+    assert [c.callee for c in state_fn.body if isinstance(c, Call)] == [rnea.state, minv.state]
+    # each callee's inner is in the header once (its own definition), called from the orchestrator
+    for callee in ("inverse_dynamics_inner", "minv_inner"):
+        assert len(re.findall(rf"\n__device__ [^\n]*\b{callee}\(", text)) == 1
+        assert f"{callee}<T" in inner
+    # the callees' scratch is planned into the orchestrator's arena, next to its own
+    names = {x.name for x in mine.scratch_regions}
+    assert {"bias", "zero", "Minv"} <= names
+    assert {x.name for x in rnea.scratch_regions} | {x.name for x in minv.scratch_regions} <= names
