@@ -646,14 +646,19 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
                 "X^T Ia X each passes to its parent, so siblings transform theirs in parallel and the "
                 "parent only sums: no atomics, a fixed order; one warp per body) while the columns of "
                 "the level below run; the forward pass's levels follow. The per-body form "
-                "(p1='bodies') stays for the A/B on the GPU; a chain is the same either way"),
+                "(p1='bodies') stays for the A/B; a chain is the same either way. H200, float32, kernel us, "
+                "levels vs bodies at N=256 (e4d6bd6): hyq 11.5 / 13.1, atlas 37.5 / 43.0, g1 42.7 / 50.7, "
+                "pr2 41.3 / 46.0 (iiwa14 11.6 / 10.7: the same code, noise); minv.tuning.json"),
         P2=done("inside each step the columns are independent unit-force solves, one thread each: "
                 "a body's subtree columns in the backward pass, its columns j >= i in the forward pass, "
                 "consecutive columns of one body on consecutive threads (one code path per warp); the "
                 "mimic correction fans Z = K^-1 Y^T over own columns and the upper triangle's entries over "
-                "threads (one thread factors K, m <= 10). Not fanned: the 21 entries of an articulated-inertia "
-                "update, whose folded code differs per entry (a warp would run them one after another) "
-                "and shares its intermediates (X^T A X by two passes of force transforms)"),
+                "threads (one thread factors K, m <= 10). Not fanned: an articulated-inertia update, whose 21 "
+                "entries' folded code differs (a warp would run them one after another) and shares its "
+                "intermediates. Tried and reverted: X^T Ia X on six threads, one code path over the "
+                "column (Ia and W = X^T Ia through shared memory, two more barriers per level): H200, "
+                "N=256, 37.5 -> 41.3 us on atlas, 42.7 -> 47.7 on g1, 41.3 -> 48.5 on pr2 (faster only "
+                "at N=16384, where the per-state layout is 3-10x faster still)"),
         P3=done("the configuration-dependent transform data is hoisted into one parallel pass over "
                 "bodies (load_update_XImats) before the recursions; each body's transform of its "
                 "articulated inertia to its parent is done by the body, in parallel with its siblings, "
@@ -672,7 +677,13 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
               "lived across the pass boundary); the launcher picks by MINV_PER_STATE_MIN_N; staged "
               "through shared memory by default (nv^2 outputs, as crba). Mimic robots: the recursion on "
               "the relaxed tree, then the Schur complement of the constraints (grid_core.emit.dense: "
-              "Cholesky of K)",
+              "Cholesky of K). H200, float32, kernel us against upstream's (ANCHORS §C): iiwa14 "
+              "N=256 8.7 (per-state) vs 12.7, N=16384 9.1 vs 176; hyq N=256 11.5 (block) vs 11.6, N=16384 "
+              "14.0 vs 171; atlas N=256 37.5 (block) vs 25.1, N=16384 340 (per-state) vs 841: on wide "
+              "robots the block layout is behind upstream's at small N. ncu: the block layout's warps "
+              "wait at barriers 65% of their cycles (a level's long finalizing, straight-line code run "
+              "once, carries the critical path); the per-state kernel at N=1 stalls on instruction fetch "
+              "(7 of 8.7 cycles per instruction)",
     )
     emitter = MinvEmitter
 
