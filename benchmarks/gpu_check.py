@@ -33,7 +33,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 ROBOTS = ["iiwa14", "hyq", "atlas", "g1"]
 # the runtime phase: every robot with an upstream host figure (ANCHORS §A)
 RUNTIME_ROBOTS = ["iiwa14", "go2", "g1"]
-SIZES = [1, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
+SIZES = [int(x) for x in os.environ.get("GRID_CHECK_SIZES", "1,16,64,256,1024,4096,16384,65536,262144,1048576").split(",")]
 ARCH = os.environ.get("GRID_CUDA_ARCH", "sm_90")
 
 # ../shared/ANCHORS.md: upstream GRiD, µs.
@@ -231,6 +231,15 @@ def _bench(d: Path, header: Path, algorithm: str, robot, label: str) -> Path:
     return exe
 
 
+def _in_parallel(jobs) -> None:
+    """Run independent build jobs (each an nvcc process) on every core; the first failure raises."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        for f in [pool.submit(j) for j in jobs]:
+            f.result()
+
+
 def phase_build(state: dict) -> None:
     import warnings
 
@@ -241,30 +250,35 @@ def phase_build(state: dict) -> None:
     warnings.simplefilter("ignore")
     BUILD.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("GRID_CACHE_DIR", str(BUILD / "cache"))
+    jobs = []
     for label, name, opts in variants():
         d = BUILD / label
         d.mkdir(exist_ok=True)
         robot = grid_core.load_robot(name)
         hpath = d / "grid.cuh"
-        hpath.write_text(generate(robot, ALGORITHMS, **opts))
+        text = generate(robot, ALGORITHMS, **opts)
+        if not hpath.exists() or hpath.read_text() != text:
+            hpath.write_text(text)
         for alg in ALGORITHMS:
             if "-occ" in label and alg != "inverse_dynamics":
                 continue
-            _bench(d, hpath, alg, robot, label)
+            jobs.append(lambda d=d, h=hpath, a=alg, r=robot, lb=label: _bench(d, h, a, r, lb))
     # the previous generator's inverse dynamics (headers carried in BUILD/<robot>-prev), timed in the
     # same run: the layer generator must leave the kernel table unchanged within noise
     for name in ROBOTS if "inverse_dynamics" in ALGORITHMS else ():
         d = BUILD / f"{name}-prev"
         if (d / "grid.cuh").exists():
-            _bench(d, d / "grid.cuh", "inverse_dynamics", grid_core.load_robot(name), f"{name}-prev")
+            jobs.append(lambda d=d, r=grid_core.load_robot(name), lb=f"{name}-prev":
+                        _bench(d, d / "grid.cuh", "inverse_dynamics", r, lb))
     # the fused example (iiwa14)
     d = BUILD / "fused"
     d.mkdir(exist_ok=True)
     (d / "grid.cuh").write_text(generate(grid_core.load_robot("iiwa14"), ["inverse_dynamics"]))
     example = ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu"
-    _nvcc(["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"], d / "fused",
-          [d / "grid.cuh", example], "the fused example")
+    jobs.append(lambda: _nvcc(["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"],
+                              d / "fused", [d / "grid.cuh", example], "the fused example"))
     if os.environ.get("GRID_CHECK_VARIANTS") == "base":
+        _in_parallel(jobs)
         state["build"] = "ok (base variants)"
         return
     # the raw C++ launch as a library, for the runtime phase's same-process comparison
@@ -274,16 +288,17 @@ def phase_build(state: dict) -> None:
         if name not in ROBOTS:  # no bench build of its own: its header here
             header.parent.mkdir(exist_ok=True)
             header.write_text(generate(grid_core.load_robot(name), ["inverse_dynamics"]))
-        _nvcc(["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", header, raw_src, "-o", lib], lib,
-              [header, raw_src], str(lib))
-    # the RobotHandle libraries the gpu tests load (same content hash there)
-    import numpy as np  # noqa: F401
-
-    for name in ROBOTS:  # tests.generated: one library per robot and rung, every emitted algorithm
+        jobs.append(lambda lib=lib, header=header: _nvcc(
+            ["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", header, raw_src, "-o", lib], lib,
+            [header, raw_src], str(lib)))
+    # the RobotHandle libraries the gpu tests load (same content hash there): tests.generated, one
+    # library per robot and rung holding every emitted algorithm
+    emitted = sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
+    for name in ROBOTS:
         robot = grid_core.load_robot(name)
         for opts in ({}, {"target_shared_mem_bytes": 0}):
-            build_gpu_library(robot, sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter()),
-                              arch=ARCH, quiet=True, **opts)
+            jobs.append(lambda robot=robot, opts=opts: build_gpu_library(robot, emitted, arch=ARCH, quiet=True, **opts))
+    _in_parallel(jobs)
     state["build"] = "ok"
 
 

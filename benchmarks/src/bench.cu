@@ -161,7 +161,7 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
                 std::mt19937 rng(7);
                 std::normal_distribution<float> nd(0.f, 1.f);
                 for (size_t i = 0; i < size_t(n) * (g::NUM_POS + g::NUM_VEL); ++i) hd->h_q_qd[i] = nd(rng);
-                for (size_t i = 0; i < size_t(n) * g::NUM_VEL; ++i) hd->h_qdd[i] = nd(rng);
+                for (size_t i = 0; i < size_t(n) * g::NUM_VEL; ++i) hd->h_u[i] = nd(rng);
                 io = time_host([&] {
                     ad::host(hd, nullptr, n, dim3(n), dim3(g::MAX_PERF_LEVEL_THREADS), streams);
                 }, std::max(20, repeats / 4), 5, s);
@@ -255,7 +255,7 @@ static int run_check() {
     for (int m : {3, 300}) {
         g::gridData<T> *hd = g::init_gridData<T>(m);
         for (size_t i = 0; i < size_t(m) * (g::NUM_POS + g::NUM_VEL); ++i) hd->h_q_qd[i] = T(0.1) * (i % 7);
-        for (size_t i = 0; i < size_t(m) * g::NUM_VEL; ++i) hd->h_qdd[i] = T(0.2);
+        for (size_t i = 0; i < size_t(m) * g::NUM_VEL; ++i) hd->h_u[i] = T(0.2);
         ad::host(hd, model, m, dim3(m), dim3(64), streams);
         g::close_grid<T>(hd);
         ++runs;
