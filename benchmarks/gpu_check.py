@@ -322,7 +322,8 @@ def phase_tests(state: dict) -> None:
 def phase_sanitize(state: dict) -> None:
     out = {}
     bad = []
-    for label in ROBOTS + [f"{r}-spill" for r in ROBOTS]:
+    built = {label for label, _, _ in variants()}
+    for label in [x for r in ROBOTS for x in (r, f"{r}-spill") if x in built]:
         for alg in ALGORITHMS:
             exe = BUILD / label / f"bench_{alg}"
             for tool in ("memcheck", "racecheck"):
@@ -673,7 +674,9 @@ def phase_tune(state: dict) -> None:
     warnings.simplefilter("ignore")
     rows = state.get("time", [])
     state["tuning"] = {}
-    for alg in ALGORITHMS:
+    # GRID_CHECK_TUNE=a,b: rewrite only these tuning files (a base-variants run has no P1 A/B)
+    tune = [a for a in (os.environ.get("GRID_CHECK_TUNE") or ",".join(ALGORITHMS)).split(",") if a in ALGORITHMS]
+    for alg in tune:
         mine = [x for x in rows if x.get("algorithm", "inverse_dynamics") == alg]
         tuning = {"note": "measured by benchmarks/gpu_check.sh; baked into headers by the composer", "robots": {}}
         for r in ROBOTS:
@@ -936,6 +939,22 @@ def summary(state: dict) -> str:
     return "\n".join(lines)
 
 
+def _save(state: dict) -> None:
+    """The results JSON (benchmarks/results/, and $OUT with the tuning files when set)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    gpu = state["gpu"].split(",")[0].replace("NVIDIA ", "").replace(" ", "")
+    safe = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in state["commit"])
+    name = f"{state['date'][:10]}_{gpu}_{safe}.json"
+    (RESULTS / name).write_text(json.dumps(state, indent=1) + "\n")
+    out = os.environ.get("OUT")
+    if out:
+        shutil.copy(RESULTS / name, Path(out) / name)
+        for alg in ALGORITHMS:
+            tun = ROOT / "grid_algorithms" / f"{alg}.tuning.json"
+            if tun.exists():
+                shutil.copy(tun, Path(out) / tun.name)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", action="store_true", help="only build (no GPU needed)")
@@ -979,19 +998,8 @@ def main() -> int:
             failed = True
             state["phases"][name] = f"FAILED: {str(exc).splitlines()[0][:200]}"
             traceback.print_exc()
-    if not args.build:
-        RESULTS.mkdir(parents=True, exist_ok=True)
-        gpu = state["gpu"].split(",")[0].replace("NVIDIA ", "").replace(" ", "")
-        safe = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in state["commit"])
-        name = f"{state['date'][:10]}_{gpu}_{safe}.json"
-        (RESULTS / name).write_text(json.dumps(state, indent=1) + "\n")
-        out = os.environ.get("OUT")
-        if out:
-            shutil.copy(RESULTS / name, Path(out) / name)
-            for alg in ALGORITHMS:
-                tun = ROOT / "grid_algorithms" / f"{alg}.tuning.json"
-                if tun.exists():
-                    shutil.copy(tun, Path(out) / tun.name)
+        if not args.build:
+            _save(state)  # after every phase: a run cut short keeps what it measured
     print(summary(state))
     return 1 if failed else 0
 
