@@ -5,8 +5,10 @@ optional reference-timings page.
   tables of the committed GPU results, ``benchmarks/results/*.json`` as written by
   ``benchmarks/gpu_check.py``, held against the upstream anchors that module quotes
   (``UPSTREAM_H200_KERNEL``, ``UPSTREAM_5090``: upstream rebuilt on the H200, and its published RTX 5090 figures).  With no
-  result committed yet the page says so.  Plots are drawn with matplotlib (Agg): no
-  GPU, no network.
+  result committed yet the page says so.  A run's ``"peers"`` rows (``benchmarks/peers.py``:
+  ours against MJX in the same run) get a plot per algorithm, times and the ratio, and a
+  table with the agreement, beside the peers' published figures the run quotes.  Plots are
+  drawn with matplotlib (Agg): no GPU, no network.
 * ``_generated/reference_timings.rst``: when ``docs/reference_timings.md`` exists, a page
   showing it, linked from the index through ``grid-optional-toctree``.  The docs stay
   reStructuredText without a Markdown parser: the small subset that page uses (headings,
@@ -195,13 +197,105 @@ def _runtime_tables(runtime: dict) -> list[str]:
     return out
 
 
+def plot_peers(rows, path: Path, title: str) -> None:
+    """Left: time per call against N, ours and the peer's, one colour per robot; right: the
+    ratio peer / ours."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, ax_ratio) = plt.subplots(1, 2, figsize=(9.0, 4.0), dpi=110)
+    for k, robot in enumerate(_robots(rows)):
+        mine = sorted((r for r in rows if r["robot"] == robot), key=lambda r: r["N"])
+        for key, style, label in (("grid_us", "-", "GRiD"), ("peer_us", "--", "MJX")):
+            pts = [(r["N"], r[key]) for r in mine if r.get(key)]
+            if pts:
+                ax.plot(*zip(*pts), ls=style, marker="o" if key == "grid_us" else "s", ms=4, color=f"C{k}",
+                        label=f"{label}, {robot}")
+        pts = [(r["N"], r["peer_us"] / r["grid_us"]) for r in mine if r.get("grid_us") and r.get("peer_us")]
+        if pts:
+            ax_ratio.plot(*zip(*pts), marker="o", ms=4, color=f"C{k}", label=robot)
+    ax.set_yscale("log")
+    ax.set_ylabel("time per call (µs)")
+    ax.legend(fontsize=7, loc="upper left", ncol=2)
+    ax_ratio.axhline(1.0, color="0.45", ls=":", lw=1.0)
+    ax_ratio.set_ylabel("MJX time / GRiD time")
+    ax_ratio.set_ylim(bottom=0)
+    ax_ratio.legend(fontsize=7, loc="upper left")
+    for a in (ax, ax_ratio):
+        a.set_xscale("log")
+        a.set_xlabel("batch size N (states)")
+        a.grid(True, which="both", lw=0.3, alpha=0.5)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def kernel_note(rows) -> str | None:
+    """What the *GRiD kernel* column is, from how the run measured it (None: not measured)."""
+    methods = {r["grid_kernel_method"] for r in rows if r.get("grid_kernel_us") is not None}
+    if not methods:
+        return None
+    how = ("replayed from a CUDA graph" if methods == {"graph"} else
+           "; ".join(sorted(escape(m) for m in methods)))
+    return f"  *GRiD kernel* is our call alone on torch tensors, timed by CUDA events: {how}."
+
+
+def _err(x) -> str:
+    return "\\-" if x is None else f"{x:.1e}"
+
+
+def peers_section(d: dict, path: Path, outdir: Path) -> list[str]:
+    """The peer rows of one run (``benchmarks/peers.py``): per algorithm a plot and a table of
+    ours against MJX with the ratio and the agreement; then the peers' published figures, as the
+    run quotes them."""
+    rows = d.get("peers") or []
+    vers = d.get("versions") or {}
+    out = [f"Measured in one run: {escape(d.get('backend', 'RobotHandle'))} against MJX "
+           f"{escape(vers.get('mujoco-mjx') or '?')} (MuJoCo {escape(vers.get('mujoco') or '?')}, JAX "
+           f"{escape(vers.get('jax') or '?')}), {escape(d.get('dtype', 'float32'))}, the same robots and random "
+           f"states; {escape(d.get('timing', ''))}.  Times in µs; *MJX / GRiD* is the ratio of the two; the "
+           "errors are relative, ours against MJX over the batch, and each against our float64 reference."
+           + (kernel_note(rows) or ""), ""]
+    for alg in sorted({r["algorithm"] for r in rows}, key=lambda a: (a != "inverse_dynamics", a)):
+        mine = [r for r in rows if r["algorithm"] == alg]
+        img = outdir / f"bench_peers_{path.stem}_{alg}.png"
+        plot_peers(mine, img, f"{alg}: GRiD and MJX, {d.get('dtype', 'float32')} — {d.get('gpu', '?')}, "
+                              f"{d.get('date', '?')[:10]}")
+        calls = sorted({(r.get("grid_call") or alg, r.get("peer_call") or r.get("peer", "MJX")) for r in mine})
+        out += [f".. rubric:: {alg}", "",
+                "; ".join(f"GRiD ``{ours}``, against {escape(theirs)}" for ours, theirs in calls) + ".", "",
+                f".. image:: /{GENERATED}/{img.name}", f"   :alt: {alg}, GRiD and MJX, time vs N", "   :width: 100%", ""]
+        table = []
+        for r in sorted(mine, key=lambda r: (_robots(mine).index(r["robot"]), r["N"])):
+            ratio = r.get("ratio") or (r["peer_us"] / r["grid_us"] if r.get("grid_us") and r.get("peer_us") else None)
+            table.append([escape(r["robot"]), str(r["N"]), _us(r.get("grid_us")), _us(r.get("peer_us")),
+                          f"{ratio:.1f}x" if ratio else "\\-", _us(r.get("grid_kernel_us")), _err(r.get("rel_err")),
+                          f"{_err(r.get('ref_err_grid'))} / {_err(r.get('ref_err_peer'))}"])
+        out += list_table(["robot", "N", "GRiD", "MJX", "MJX / GRiD", "GRiD kernel", "GRiD vs MJX",
+                           "vs reference: GRiD / MJX"], table)
+    published = d.get("peers_published") or []
+    if published:
+        out += [".. rubric:: MuJoCo Warp: published, not measured here", "",
+                "warp-lang is too large to carry to the GPU machine; its own published figures, on its "
+                "own GPU, in ns per world:", ""]
+        out += list_table(["peer", "robot", "worlds", "algorithm", "ns per world", "GPU, date", "status"],
+                          [[escape(p["peer"]), escape(p["robot"]), str(p["worlds"]), escape(p["algorithm"]),
+                            f"{p['ns_per_world']:g}", escape(f"{p.get('gpu', '?')}, {p.get('date', '?')}"),
+                            escape(p.get("label", ""))] for p in published])
+    return out
+
+
 def _algorithms_of(d: dict) -> list[str]:
     rows = d.get("time") or []
     return sorted({r.get("algorithm", "inverse_dynamics") for r in rows}, key=lambda a: (a != "inverse_dynamics", a))
 
 
 def _run_body(path: Path, d: dict, outdir: Path, h200: dict, rtx5090: dict,
-              parts=("time", "runtime", "fused", "tuning"), only: str | None = None) -> list[str]:
+              parts=("time", "peers", "runtime", "fused", "tuning"), only: str | None = None) -> list[str]:
     """The plots and tables of one run, those of ``parts`` only."""
     out: list[str] = []
     all_rows = d.get("time") or []
@@ -226,6 +320,8 @@ def _run_body(path: Path, d: dict, outdir: Path, h200: dict, rtx5090: dict,
                 out += _robot_table(rows, robot, h200_a, rtx_a)
             out += _ab_table(rows)
             out += _variants_table(rows)
+    if "peers" in parts and d.get("peers"):
+        out += peers_section(d, path, outdir)
     if "runtime" in parts and isinstance(d.get("runtime"), dict):
         out += _runtime_tables(d["runtime"])
     fused = d.get("fused")
@@ -276,8 +372,8 @@ def results_text(root: Path, outdir: Path) -> str:
     # the page opens with a summary: of each kind of result, the newest run that has it
     out += heading("Summary: the newest results", "-")
     algs = sorted({a for _, d in data for a in _algorithms_of(d)}, key=lambda a: (a != "inverse_dynamics", a))
-    for part, what in (("time", "kernel timings"), ("runtime", "runtime overheads"), ("fused", "fused control step"),
-                       ("tuning", "tuning")):
+    for part, what in (("time", "kernel timings"), ("peers", "peers side by side (MJX)"),
+                       ("runtime", "runtime overheads"), ("fused", "fused control step"), ("tuning", "tuning")):
         for alg in (algs if part == "time" else [None]):
             # kernel timings: the newest run of each algorithm
             newest = next(((path, d) for path, d in data if d.get(part) and (alg is None or alg in _algorithms_of(d))),
@@ -292,7 +388,7 @@ def results_text(root: Path, outdir: Path) -> str:
     out += list_table(["file", "date", "GPU", "commit", "phases"], runs)
     for path, d in data:
         out += heading(f"{d.get('date', '?')}, {d.get('gpu', '?')}, commit {d.get('commit', '?')}", "-")
-        if not d.get("time"):
+        if not d.get("time") and not d.get("peers"):
             out += ["This run recorded no kernel timings.", ""]
         out += _run_body(path, d, outdir, h200, rtx5090)
     return "\n".join(out) + "\n"
