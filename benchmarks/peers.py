@@ -435,9 +435,8 @@ class Side:
 
 
 def prepare(name: str, dtype, backend: str, max_n: int, seed: int = 0) -> Side:
-    """Load the robot and compile it with MuJoCo (checked), build our handle of every
-    algorithm :data:`QUANTITIES` can time (``backend`` ``gpu``: ``RobotHandle``, else
-    ``CpuHandle``), and draw ``max_n`` states."""
+    """Load the robot and compile it with MuJoCo (checked), build our handle (``backend``
+    ``gpu``: ``RobotHandle``, else ``CpuHandle``), and draw ``max_n`` states."""
     import grid_core
     from grid_core.testing import random_state
 
@@ -446,18 +445,17 @@ def prepare(name: str, dtype, backend: str, max_n: int, seed: int = 0) -> Side:
         robot = grid_core.load_robot(name)
     model = mujoco_model(robot, urdf_text(name))
     check_model(robot, model)
-    algs = grid_core.algorithms()
-    # of each quantity, the first of ours with an emitter
-    emitted = [n for n in (next((n for n in q.ours if n in algs and algs[n].has_emitter()), None) for q in QUANTITIES)
-               if n is not None]
+    # every emitted algorithm, as the libraries already in the build cache hold them: on the GPU
+    # those of gpu_check's build phase and the gpu tests (tests/generated.py), on the CPU
+    # CpuHandle's default
     if backend == "gpu":
         from grid_core.runtime import RobotHandle
 
-        handle = RobotHandle(robot, emitted, dtype)
+        handle = RobotHandle(robot, sorted(n for n, a in grid_core.algorithms().items() if a.has_emitter()), dtype)
     else:
         from grid_core.runtime.cpu import CpuHandle
 
-        handle = CpuHandle(robot, emitted, dtype)
+        handle = CpuHandle(robot, None, dtype)
     mx = _mjx().put_model(model)  # its arrays on JAX's default device (its static fields stay numpy)
     states = random_state(robot, np.random.default_rng(seed), max_n)
     return Side(robot, model, mx, Coordinates(robot, model), handle, states)
