@@ -372,7 +372,8 @@ class AbaSteps:
         """``z = K^-1 C a_r`` with ``K = C Y`` (Y: the constraint columns' relaxed accelerations)."""
         rows = [(b.index, b.mimic.body, b.mimic.multiplier) for b in self.sp.mimics]
         m = len(rows)
-        scope.comment(f"the {m} mimic constraint(s): z = K^-1 C a_r, K = C Y (Cholesky)")
+        what = "the mimic constraint" if m == 1 else f"the {m} mimic constraints"
+        scope.comment(f"{what}: z = K^-1 C a_r, K = C Y (Cholesky)")
         CA = [[sum_terms([(self._qr(x, 0),), (-mult, self._qr(y, 0))])] for x, y, mult in rows]
         K = [[sum_terms([(self._qr(x, l + 1),), (-mult, self._qr(y, l + 1))]) for l in range(m)]
              for x, y, mult in rows]
