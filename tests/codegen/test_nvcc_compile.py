@@ -1,4 +1,4 @@
-"""Level L3: the headers compile with nvcc for sm_90 (CI: tests.generated.SAMPLE_ROBOTS; every robot
+"""Level L3: the headers compile with nvcc for sm_90 (CI: tests.generated.NVCC_SAMPLE; every robot
 the emulated tests prove with GRID_FULL_SWEEP=1), every emitted
 algorithm's every tier and both precisions instantiated, at rung 0 and with the deepest spill
 rung forced (both headers in one translation unit, in two namespaces).  The calls are made
