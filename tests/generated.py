@@ -63,6 +63,12 @@ def emulated(name: str, spill: bool, dtype=np.float64):
 BACKENDS = [pytest.param("emulated", id="emulated"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]
 
 
+def backend_cases() -> list:
+    """``(kind, name, spill)``: the Reference once per CODEGEN_ROBOTS robot (it has no spill rungs),
+    then :func:`robot_cases` (the generated code): what each algorithm's backend test runs over."""
+    return [pytest.param("reference", name, False, id=f"reference-{name}") for name in CODEGEN_ROBOTS] + robot_cases()
+
+
 def robot_cases(kinds=("emulated", "gpu"), spills=(False, True)) -> list:
     """``(kind, name, spill)`` parameters: host emulation on every CODEGEN_ROBOTS robot, the GPU
     on GPU_ROBOTS (each library is an nvcc build of tens of seconds on the device machine)."""

@@ -21,18 +21,16 @@ from grid_core import Reference
 from grid_core.testing import assert_close, random_state
 from tests.generated import (
     BACKENDS,
-    CODEGEN_ROBOTS,
     TOL,
     assert_solves,
     backend,
+    backend_cases,
     launches,
-    robot_cases,
 )
 from tests.pin_bridge import ILL_CONDITIONED
 
 N = 5
-# the reference has no spill rungs: it runs once per robot
-CASES = [pytest.param("reference", name, False, id=f"reference-{name}") for name in CODEGEN_ROBOTS] + robot_cases()
+CASES = backend_cases()
 
 
 def _judge(name, ref, qdd, expected, q, qd, tau, f_ext, dtype, what):

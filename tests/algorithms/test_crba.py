@@ -16,19 +16,10 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.generated import BACKENDS, CODEGEN_ROBOTS, TOL, backend, robot_cases
+from tests.generated import BACKENDS, TOL, backend, backend_cases, launches
 
 N = 5
-# the reference has no spill rungs: it runs once per robot
-CASES = [pytest.param("reference", name, False, id=f"reference-{name}") for name in CODEGEN_ROBOTS] + robot_cases()
-
-
-def _crba_of(kind, name, spill, dtype):
-    if kind == "reference":
-        return [("reference", Reference(load(name)).crba)]
-    b = backend(kind, name, spill, dtype)
-    runs = [("block", t) for t in (0, 1, 2)] + [("per_state", 0)]
-    return [(f"{layout} tier {tier}", b.with_launch(layout=layout, tier=tier).crba) for layout, tier in runs]
+CASES = backend_cases()
 
 
 @pytest.mark.parametrize(("kind", "name", "spill"), CASES)
@@ -40,7 +31,7 @@ def test_mass_matrix(kind, name, spill, rng):
     Mqdd = ref.inverse_dynamics(q, zero, qdd, gravity=np.zeros(3))  # d tau / d qdd, gravity off
     expected = ref.crba(q)
     for dtype in ((np.float64,) if kind == "reference" else (np.float64, np.float32)):
-        for what, crba in _crba_of(kind, name, spill, dtype):
+        for what, crba in launches(kind, name, spill, dtype, "crba"):
             what = f"{name} {np.dtype(dtype).name} {what} spill={spill}"
             M = crba(q)
             assert M.shape == (N, robot.nv, robot.nv)

@@ -20,17 +20,10 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.generated import (
-    BACKENDS,
-    CODEGEN_ROBOTS,
-    assert_solves,
-    backend,
-    launches,
-    robot_cases,
-)
+from tests.generated import BACKENDS, assert_solves, backend, backend_cases, launches
 
 N = 4
-CASES = [pytest.param("reference", name, False, id=f"reference-{name}") for name in CODEGEN_ROBOTS] + robot_cases()
+CASES = backend_cases()
 
 
 @pytest.mark.parametrize(("kind", "name", "spill"), CASES)
