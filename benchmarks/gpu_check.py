@@ -686,14 +686,7 @@ def phase_tune(state: dict) -> None:
             sizes = sorted({n for n, _ in k})
             if not sizes:
                 continue
-            # smallest N from which the per-state layout is never slower than one block per state
-            cross = None
-            for n in sizes:
-                if (n, "block") not in k:
-                    continue
-                if all(k[(m, "per_state")] <= k[(m, "block")] for m in sizes if m >= n and (m, "block") in k):
-                    cross = n
-                    break
+            cross = _crossover(k)
             levels_256 = k.get((256, "block"))
             bodies_256 = kb.get(256)
             p1 = "levels" if levels_256 is None or bodies_256 is None or levels_256 <= bodies_256 else "bodies"
@@ -722,6 +715,17 @@ def phase_tune(state: dict) -> None:
         (ROOT / "grid_algorithms" / f"{alg}.tuning.json").write_text(json.dumps(tuning, indent=1) + "\n")
 
 
+def _crossover(k: dict) -> int | None:
+    """The smallest N from which the per-state layout is never slower than one block per state
+    (``k``: kernel µs by (N, layout)), or None."""
+    sizes = sorted({n for n, _ in k})
+    for n in sizes:
+        if (n, "block") in k and all(k[(m, "per_state")] <= k[(m, "block")]
+                                     for m in sizes if m >= n and (m, "block") in k):
+            return n
+    return None
+
+
 def _pick_method(entry: dict, rows: list, robot: str) -> None:
     """Forward dynamics by Minv (tau - bias) or by ABA: the method whose auto-layout kernel times
     have the smaller geometric mean over the batch sizes both were timed at (this run's rows of
@@ -741,13 +745,10 @@ def _pick_method(entry: dict, rows: list, robot: str) -> None:
     entry["method_ab_geomean_us"] = {m: round(v, 3) for m, v in gm.items()}
     entry["method_ab_sizes"] = common
     if entry["method"] == "aba":
-        per = {(x["n"], x["layout"]): x["kernel_us"] for x in rows if x.get("algorithm") == "aba" and x["robot"] == robot}
-        sizes = sorted({n for n, _ in per})
-        for n in sizes:
-            if (n, "block") in per and all(per[(m, "per_state")] <= per[(m, "block")]
-                                           for m in sizes if m >= n and (m, "block") in per):
-                entry["per_state_min_n"] = n
-                break
+        cross = _crossover({(x["n"], x["layout"]): x["kernel_us"] for x in rows
+                            if x.get("algorithm") == "aba" and x["robot"] == robot})
+        if cross is not None:
+            entry["per_state_min_n"] = cross
 
 
 def gpu_name() -> str:
