@@ -669,19 +669,20 @@ class Layers:
             n.Stmt("constexpr int stride = USE_COMPRESSED_MEM ? NUM_POS + NUM_VEL : NUM_POS + 2 * NUM_VEL"),
             n.Stmt("T *h_in = USE_COMPRESSED_MEM ? hd_data->h_q_qd : hd_data->h_q_qd_u"),
             n.Stmt("T *d_in = USE_COMPRESSED_MEM ? hd_data->d_q_qd : hd_data->d_q_qd_u"),
+            n.Comment("one stream, one synchronisation: the copies in, the launch and the copies out are"),
+            n.Comment("ordered by streams[0] itself (each host-device round trip costs microseconds)"),
             n.Stmt("gpuErrchk(cudaMemcpyAsync(d_in, h_in, size_t(stride) * num_timesteps * sizeof(T), "
                    "cudaMemcpyHostToDevice, streams[0]))"),
         ]
         if third:
             body.append(n.If(f"{use_third} && USE_COMPRESSED_MEM", [
                 n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_u, hd_data->h_u, size_t(NUM_VEL) * num_timesteps "
-                       "* sizeof(T), cudaMemcpyHostToDevice, streams[1]))")], constexpr=True))
+                       "* sizeof(T), cudaMemcpyHostToDevice, streams[0]))")], constexpr=True))
         if "f_ext" in names:
             body.append(n.If("hd_data->use_f_ext", [
                 n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_f_ext, hd_data->h_f_ext, size_t(6 * NUM_BODIES) * "
-                       "num_timesteps * sizeof(T), cudaMemcpyHostToDevice, streams[2]))")]))
+                       "num_timesteps * sizeof(T), cudaMemcpyHostToDevice, streams[0]))")]))
         body += [
-            n.Stmt("gpuErrchk(cudaDeviceSynchronize())"),
             n.Stmt("LaunchConfig cfg"),
             n.If(f"{self.name}_resolve_layout(num_timesteps, LAYOUT_AUTO) == LAYOUT_BLOCK",
                  [n.Stmt("cfg.layout = LAYOUT_BLOCK"), n.Stmt("cfg.blocks = int(block_dimms.x)"),
@@ -702,12 +703,12 @@ class Layers:
             args["d_f_ext"] = "hd_data->use_f_ext ? hd_data->d_f_ext : nullptr"
         args.update({"d_workspace": "hd_data->d_workspace", "workspace_bytes": "hd_data->workspace_bytes",
                      "stream": "streams[0]"})
-        body += [n.Stmt(f"gpuErrchk({self.launch_strided.call(args, ['T']).expr()})"),
-                 n.Stmt("gpuErrchk(cudaDeviceSynchronize())")]
+        body.append(n.Stmt(f"gpuErrchk({self.launch_strided.call(args, ['T']).expr()})"))
         for p in self.outputs:
             f = fields.get(p.name, p.name)
-            body.append(n.Stmt(f"gpuErrchk(cudaMemcpy(hd_data->h_{f}, hd_data->d_{f}, size_t({_size(p)}) * "
-                               "num_timesteps * sizeof(T), cudaMemcpyDeviceToHost))"))
+            body.append(n.Stmt(f"gpuErrchk(cudaMemcpyAsync(hd_data->h_{f}, hd_data->d_{f}, size_t({_size(p)}) * "
+                               "num_timesteps * sizeof(T), cudaMemcpyDeviceToHost, streams[0]))"))
+        body.append(n.Stmt("gpuErrchk(cudaStreamSynchronize(streams[0]))"))
         outs = ", ".join(f"hd_data->h_{fields.get(p.name, p.name)}" for p in self.outputs)
         doc = (f"Host layer: copies the inputs of hd_data to the device, launches, copies the results\n"
                f"back into {outs}.  USE_COMPRESSED_MEM: inputs in h_q_qd (and h_u), else h_q_qd_u."
