@@ -573,7 +573,7 @@ def merged_rows(path: Path | None, result: dict) -> list[dict]:
     if path is None or not path.is_file():
         return []
     old = json.loads(path.read_text())
-    differ = [k for k in ("commit", "gpu", "dtype", "backend") if old.get(k) != result[k]]
+    differ = [k for k in ("commit", "gpu", "dtype", "backend", "matmul_precision") if old.get(k) != result[k]]
     if differ:
         raise SystemExit(f"peers: --merge: {path} is of another run ({', '.join(f'{k} {old.get(k)}' for k in differ)})")
     return old.get("peers", [])
@@ -586,6 +586,9 @@ def main(argv=None) -> int:
     ap.add_argument("--algorithms", default=",".join(q.algorithm for q in QUANTITIES),
                     help="comma-separated rows of QUANTITIES")
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    ap.add_argument("--matmul-precision", choices=("highest", "default"), default="highest",
+                    help="JAX's float32 dot products: 'highest' true float32 (ours are), 'default' JAX's own "
+                         "choice (TF32 tensor cores on a recent GPU)")
     ap.add_argument("--backend", choices=("auto", "gpu", "cpu"), default="auto",
                     help="RobotHandle on the GPU or CpuHandle (auto: the GPU when JAX has one)")
     ap.add_argument("--repeats", type=int, default=100)
@@ -600,6 +603,11 @@ def main(argv=None) -> int:
 
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
+    # JAX computes float32 dot products in TF32 on a recent GPU unless told otherwise: MJX's mass
+    # matrix of go2 came out 4.3e-4 from the Reference that way (f96e1f8 on the H200), beyond the
+    # ladder's 1e-4; ours is plain float32 arithmetic, so the peer gets the same
+    if args.matmul_precision == "highest":
+        jax.config.update("jax_default_matmul_precision", "highest")
     backend = args.backend if args.backend != "auto" else ("gpu" if jax.default_backend() == "gpu" else "cpu")
     if backend == "gpu":  # as benchmarks/gpu_check.py: its build cache, and XLA's programs kept for a rerun
         os.environ.setdefault("GRID_CACHE_DIR", str(ROOT / "benchmarks" / "build" / "cache"))
@@ -614,7 +622,7 @@ def main(argv=None) -> int:
     result = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
         "gpu": device_name(), "commit": commit(), "backend": "RobotHandle" if backend == "gpu" else "CpuHandle",
-        "dtype": dtype.name, "versions": versions(),
+        "dtype": dtype.name, "matmul_precision": args.matmul_precision, "versions": versions(),
         "timing": (f"device-resident inputs, each side one jax.jit, warmed up by {args.warmup} calls, then the "
                    f"median of {args.repeats} calls, each synchronised by block_until_ready"),
         "peers": [], "peers_published": PUBLISHED,
