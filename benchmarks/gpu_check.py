@@ -9,7 +9,9 @@ Phases (each recorded; a failure does not stop the others, but sets the exit cod
   time      kernel-only, CUDA-graph, host-timed and with-I/O medians, with an empty kernel
   fused     the fused control step at batch 256
   tune      the measured crossover (per-state vs block) and P1 winner per robot, written
-            to grid_algorithms/inverse_dynamics.tuning.json
+            to grid_algorithms/<algorithm>.tuning.json
+  peers     MJX beside ours on iiwa14, go2 and g1 (benchmarks/peers.py in its own process;
+            needs mujoco-mjx, which gpu_check.sh installs from .whl/ when it is there)
 Results: benchmarks/results/<date>_<gpu>_<commit>.json (and $OUT when set).
 """
 
@@ -30,9 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # grid_core from this tree, installed or not
 BUILD = ROOT / "benchmarks" / "build"
 RESULTS = ROOT / "benchmarks" / "results"
-ROBOTS = ["iiwa14", "hyq", "atlas", "g1"]
+ROBOTS = os.environ.get("GRID_CHECK_ROBOTS", "iiwa14,hyq,atlas,g1").split(",")  # go2 too for its ANCHORS §A cells
 # the runtime phase: every robot with an upstream host figure (ANCHORS §A)
 RUNTIME_ROBOTS = ["iiwa14", "go2", "g1"]
+# the peers phase: the robots and batches of benchmarks/peers.py's documented run
+PEER_ROBOTS = os.environ.get("GRID_CHECK_PEER_ROBOTS", "iiwa14,go2,g1")
+PEER_SIZES = os.environ.get("GRID_CHECK_PEER_SIZES", "16,256,1024,4096,16384,65536")
 SIZES = [int(x) for x in os.environ.get("GRID_CHECK_SIZES", "1,16,64,256,1024,4096,16384,65536,262144,1048576").split(",")]
 ARCH = os.environ.get("GRID_CUDA_ARCH", "sm_90")
 
@@ -751,6 +756,30 @@ def _pick_method(entry: dict, rows: list, robot: str) -> None:
             entry["per_state_min_n"] = cross
 
 
+def phase_peers(state: dict) -> None:
+    """MJX beside ours (benchmarks/peers.py, in a child process: JAX stays out of this one).
+    Its rows, versions and timing method go into this run's JSON, where the docs render them;
+    the child rewrites its own JSON after each robot (under $OUT when set), so a run cut short
+    keeps the robots it finished."""
+    probe = subprocess.run([sys.executable, "-c", "import mujoco.mjx"], capture_output=True, text=True, check=False)
+    if probe.returncode:
+        raise RuntimeError("mujoco-mjx does not import (pip install -e '.[test]', or on the offline GPU machine "
+                           f"the wheels of .whl/, which gpu_check.sh installs): {probe.stderr.strip().splitlines()[-1:]}")
+    path = Path(os.environ.get("OUT") or BUILD) / "peers.json"
+    path.unlink(missing_ok=True)
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--robots", PEER_ROBOTS, "--sizes", PEER_SIZES,
+           "--json", str(path)]
+    log(" ".join(cmd[1:]))
+    res = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "GRID_COMMIT": state["commit"], "PYTHONUNBUFFERED": "1"}, check=False)
+    if not path.exists():
+        raise RuntimeError(f"peers.py wrote no rows (exit {res.returncode})")
+    got = json.loads(path.read_text())
+    for key in ("backend", "dtype", "matmul_precision", "versions", "timing", "peers", "peers_published"):
+        state[key] = got.get(key)
+    if res.returncode:
+        raise RuntimeError("peers.py: a row's agreement is beyond its tolerance (its rows are kept; see above)")
+
+
 def gpu_name() -> str:
     res = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True)
@@ -937,6 +966,19 @@ def summary(state: dict) -> str:
         lines.append("")
         lines.append(f"fused example (iiwa14, batch {f['batch']}): fused {f['fused_us']:.2f} us, layered "
                      f"{f['layered_us']:.2f} us, ratio {f['layered_us'] / f['fused_us']:.2f}x (upstream 5090: 3.75x)")
+    if state.get("peers"):
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import peers  # numpy and attrs only at import; JAX stays in its own process
+
+        slower = [r for r in state["peers"] if not (r.get("ratio") or 0) > 1]
+        tol = peers.TOLERANCE.get(state.get("dtype"), 1e-4)
+        apart = [r for r in state["peers"]
+                 if not all((r.get(k) is not None and r[k] <= tol) for k in ("rel_err", "ref_err_grid", "ref_err_peer"))]
+        lines += ["", (f"peers: GRiD against MJX, {state.get('dtype')}, JAX matmul precision "
+                       f"{state.get('matmul_precision')}; {state.get('timing')}"),
+                  peers.table(state["peers"]),
+                  (f"every row ours faster: {'yes' if not slower else 'NO (' + str(len(slower)) + ' rows)'}; "
+                   f"every row within {tol:.0e}: {'yes' if not apart else 'NO (' + str(len(apart)) + ' rows)'}")]
     return "\n".join(lines)
 
 
@@ -956,10 +998,27 @@ def _save(state: dict) -> None:
                 shutil.copy(tun, Path(out) / tun.name)
 
 
+def phases_of(state: dict, args) -> list:
+    """(name, run) of every phase, in order; with --build only the build."""
+    phases = [("build", lambda: phase_build(state))]
+    if not args.build:
+        phases += [
+            ("tests", lambda: phase_tests(state)),
+            ("sanitize", lambda: phase_sanitize(state)),
+            ("time", lambda: phase_time(state, args.repeats)),
+            ("fused", lambda: phase_fused(state)),
+            ("runtime", lambda: phase_runtime(state)),
+            ("tune", lambda: phase_tune(state)),
+            ("peers", lambda: phase_peers(state)),
+        ]
+    return phases
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", action="store_true", help="only build (no GPU needed)")
     ap.add_argument("--skip", default="", help="comma-separated phases to skip")
+    ap.add_argument("--only", default="", help="comma-separated phases to run (the others skipped)")
     ap.add_argument("--repeats", type=int, default=200)
     ap.add_argument("--runtime-child", nargs=3, metavar=("PART", "TIME_JSON", "OUT_JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -976,19 +1035,14 @@ def main() -> int:
         "phases": {},
     }
     skip = set(filter(None, args.skip.split(",")))
-    phases = [("build", lambda: phase_build(state))]
-    if not args.build:
-        phases += [
-            ("tests", lambda: phase_tests(state)),
-            ("sanitize", lambda: phase_sanitize(state)),
-            ("time", lambda: phase_time(state, args.repeats)),
-            ("fused", lambda: phase_fused(state)),
-            ("runtime", lambda: phase_runtime(state)),
-            ("tune", lambda: phase_tune(state)),
-        ]
+    only = set(filter(None, args.only.split(",")))
+    unknown = (skip | only) - {name for name, _ in phases_of(state, args)}
+    if unknown:
+        ap.error(f"unknown phases {', '.join(sorted(unknown))}")
+    phases = phases_of(state, args)
     failed = False
     for name, fn in phases:
-        if name in skip:
+        if name in skip or (only and name not in only):
             state["phases"][name] = "skipped"
             continue
         t0 = time.perf_counter()
