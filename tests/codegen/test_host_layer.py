@@ -1,0 +1,92 @@
+"""The gridData host layer (layer 3, upstream's host API) host-emulated against the Reference:
+every emitted algorithm with a host wrapper, on a batch of 3 states (the block layout of most
+robots) and of 3000 (per state), float64 rel 1e-9.  The GPU side of the same comparison is bench
+check's (benchmarks/src/bench.cu, under compute-sanitizer)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import numpy as np
+import pytest
+
+from conftest import load
+from grid_core import Reference, buildcache
+from grid_core.composer import Composer, GenerateOptions, generate
+from grid_core.testing import assert_close, random_state
+from tests.generated import emitted
+
+ROBOTS = ["iiwa14", "go2"]  # a fixed arm and a floating base (a quaternion in q)
+
+
+def _wrapper(robot, algorithms: list[str]) -> tuple[str, dict]:
+    """C source of ``host_<alg>(n, q_qd, u, out)`` for each algorithm: gridData filled from
+    [q | qd] and the third input, the host wrapper (compressed form, every flag on), the results
+    copied out; and each algorithm's (state input names, output shape)."""
+    lines = ["#include \"grid.cuh\"", "#include <cstring>", ""]
+    info = {}
+    for alg in algorithms:
+        L = Composer(robot, GenerateOptions()).layers(alg)
+        host = getattr(L, "host", None)
+        if host is None:
+            continue
+        names = [p.name for p in L.states if p.name != "f_ext"]
+        (out,) = L.outputs
+        field = L.emitter.grid_data_names().get(out.name, out.name)
+        targs = ", ".join(["double"] + ["true"] * (len(host.template) - 1))
+        params = "".join(", grid::Gravity<double>()" for _ in L.params)
+        size = math.prod(out.shape)
+        lines += [
+            f'extern "C" int host_{alg}(int n, const double *q_qd, const double *u, double *out) {{',
+            "    grid::robotModel<double> *model = grid::init_robotModel<double>();",
+            "    cudaStream_t *streams = grid::init_grid_streams<double>();",
+            "    grid::gridData<double> *hd = grid::init_gridData<double>(n);",
+            "    std::memcpy(hd->h_q_qd, q_qd, sizeof(double) * n * (grid::NUM_POS + grid::NUM_VEL));",
+            "    std::memcpy(hd->h_u, u, sizeof(double) * n * grid::NUM_VEL);",
+            f"    grid::{alg}<{targs}>(hd, model{params}, n, dim3(n), dim3(64), streams);",
+            f"    std::memcpy(out, hd->h_{field}, sizeof(double) * n * {size});",
+            "    grid::close_grid<double>(hd);",
+            "    grid::close_grid_streams(streams);",
+            "    grid::close_robotModel<double>(model);",
+            "    return 0;",
+            "}",
+            "",
+        ]
+        info[alg] = (names, out.shape)
+    return "\n".join(lines), info
+
+
+@pytest.fixture(scope="module", params=ROBOTS)
+def host_layer(request):
+    robot = load(request.param)
+    algorithms = emitted()
+    source, info = _wrapper(robot, algorithms)
+    cmd = [*buildcache.host_compiler(), "-std=c++17", "-O0", "-fPIC", "-shared", "-DGRID_HOST_EMULATION",
+           "-o", "{out}", "host.cpp"]
+    path, _ = buildcache.build(f"host-layer-{robot.name}", {"grid.cuh": generate(robot, algorithms), "host.cpp": source},
+                               cmd, "libhost_layer.so")
+    return robot, ctypes.CDLL(str(path)), info
+
+
+def test_every_host_wrapper_equals_the_reference(host_layer, rng):
+    robot, lib, info = host_layer
+    assert {"inverse_dynamics", "crba", "minv", "aba", "forward_dynamics"} <= set(info)
+    ref = Reference(robot)
+    for alg, (names, shape) in info.items():
+        for n in (3, 3000):
+            q, qd, qdd = random_state(robot, rng, n)
+            third = names[2] if len(names) > 2 else None  # qdd or tau (h_u), else none read
+            u = qdd if third == "qdd" else rng.normal(size=(n, robot.nv))
+            q_qd = np.ascontiguousarray(np.concatenate([q, qd], axis=1))
+            out = np.full((n, *shape), np.nan)
+            fn = getattr(lib, f"host_{alg}")
+            fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+            fn(n, q_qd.ctypes.data, np.ascontiguousarray(u).ctypes.data, out.ctypes.data)
+            # every state written; the Reference on the first and last few
+            assert np.all(np.isfinite(out)), f"{robot.name} {alg} n={n}: states left unwritten"
+            pick = np.r_[0:min(n, 8), max(n - 8, 0):n]
+            inputs = {"q": q, "qd": qd, **({third: u} if third else {})}
+            args = [inputs[x][pick] for x in names]
+            what = f"{robot.name} {alg} host layer, {n} states"
+            assert_close(out[pick], getattr(ref, alg)(*args), 1e-9, what)
