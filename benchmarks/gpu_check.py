@@ -194,10 +194,25 @@ def adapter(robot, algorithm: str) -> str:
     args = [f"out[{k}]" for k in range(len(L.outputs))] + ins + ["nullptr"] * len(L.params)
     host = getattr(L, "host", None)
     host_call = "(void)hd; (void)model; (void)n; (void)b; (void)t; (void)streams;"
+    # the host layer's inputs as the launcher takes them (q and qd from h_q_qd, the third from
+    # h_u: the compressed form; f_ext absent) and its results, for bench check's comparison
+    gather, outs = ["(void)hd; (void)n; (void)in;"], ["(void)hd; (void)k; return nullptr;"]
     if host is not None:
         targs = ", ".join(["T"] + ["true"] * (len(host.template) - 1))
         params = "".join(", g::Gravity<T>()" for _ in L.params)
         host_call = f"g::{algorithm}<{targs}>(hd, model{params}, n, b, t, streams);"
+        src = {"q": ("h_q_qd", "g::NUM_POS + g::NUM_VEL", "0"), "qd": ("h_q_qd", "g::NUM_POS + g::NUM_VEL", "g::NUM_POS")}
+        gather = []
+        for k, p in enumerate(L.states):
+            if p.name == "f_ext":
+                continue
+            field, stride, at = src.get(p.name, ("h_u", "g::NUM_VEL", "0"))
+            size = math.prod(p.shape)
+            gather.append(f"for (int i = 0; i < n; ++i) for (int j = 0; j < {size}; ++j) "
+                          f"in[{k}][size_t(i) * {size} + j] = hd->{field}[size_t(i) * ({stride}) + {at} + j];")
+        fields = L.emitter.grid_data_names()
+        outs = [f"if (k == {k}) return hd->h_{fields.get(p.name, p.name)};" for k, p in enumerate(L.outputs)]
+        outs.append("return nullptr;")
     staged = f"g::{pfx}_STAGED_THREADS<T>()" if L.emitter.staged else "0"
     return "\n".join([
         f"// adapter of benchmarks/src/bench.cu to {algorithm} (written by benchmarks/gpu_check.py)",
@@ -219,6 +234,12 @@ def adapter(robot, algorithm: str) -> str:
         f"inline size_t workspace_bytes_minimal() {{ return g::{pfx}_WORKSPACE_BYTES<float, g::TIER_MINIMAL>(); }}",
         "inline void host(g::gridData<T> *hd, const g::robotModel<T> *model, int n, dim3 b, dim3 t, cudaStream_t *streams) {",
         f"    {host_call}",
+        "}",
+        "inline void host_inputs(const g::gridData<T> *hd, int n, std::vector<T> *in) {",
+        *[f"    {x}" for x in gather],
+        "}",
+        "inline const T *host_out(const g::gridData<T> *hd, int k) {",
+        *[f"    {x}" for x in outs],
         "}",
         "}  // namespace ad",
         "",

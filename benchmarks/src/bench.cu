@@ -264,14 +264,35 @@ static int run_check() {
             ++runs;
         }
     }
-    // the host layer (gridData, streams, robotModel) once, block and per-state regimes
+    // the host layer (gridData, streams, robotModel), block and per-state regimes: its results
+    // must equal the launcher's on the same inputs (those gridData holds, optional inputs absent)
     g::robotModel<T> *model = g::init_robotModel<T>();
     cudaStream_t *streams = g::init_grid_streams<T>();
-    for (int m : {3, 300}) {
+    std::mt19937 hrng(99);
+    std::normal_distribution<float> hnd(0.f, 1.f);
+    for (int m : {3, 300, 3000}) {
         g::gridData<T> *hd = g::init_gridData<T>(m);
-        for (size_t i = 0; i < size_t(m) * (g::NUM_POS + g::NUM_VEL); ++i) hd->h_q_qd[i] = T(0.1) * (i % 7);
-        for (size_t i = 0; i < size_t(m) * g::NUM_VEL; ++i) hd->h_u[i] = T(0.2);
+        for (size_t i = 0; i < size_t(m) * (g::NUM_POS + g::NUM_VEL); ++i) hd->h_q_qd[i] = hnd(hrng);
+        for (size_t i = 0; i < size_t(m) * g::NUM_VEL; ++i) hd->h_u[i] = hnd(hrng);
         ad::host(hd, model, m, dim3(m), dim3(64), streams);
+        Buffers hb(m);
+        std::vector<T> hin[ad::NUM_IN];
+        for (int k = 0; k < ad::NUM_IN; ++k) hin[k].assign(size_t(m) * ad::IN_SIZE[k], T(0));
+        ad::host_inputs(hd, m, hin);
+        for (int k = 0; k < ad::NUM_IN; ++k)
+            CHECK(cudaMemcpy(hb.in[k], hin[k].data(), hin[k].size() * sizeof(T), cudaMemcpyHostToDevice));
+        poison(hb);
+        CHECK(launch(hb, g::LaunchConfig(), s));
+        CHECK(cudaStreamSynchronize(s));
+        std::vector<T> want(hb.out_values()), have;
+        fetch(hb, want);
+        for (int k = 0; k < ad::NUM_OUT; ++k) {
+            const T *h = ad::host_out(hd, k);
+            have.insert(have.end(), h, h + size_t(m) * ad::OUT_SIZE[k]);
+        }
+        const bool ok = same(have, want);
+        if (!ok) std::printf("check: the host layer differs from the launcher at %d states\n", m);
+        failures += !ok;
         g::close_grid<T>(hd);
         ++runs;
     }
