@@ -256,7 +256,9 @@ def peers_section(d: dict, path: Path, outdir: Path) -> list[str]:
     vers = d.get("versions") or {}
     out = [f"Measured in one run: {escape(d.get('backend', 'RobotHandle'))} against MJX "
            f"{escape(vers.get('mujoco-mjx') or '?')} (MuJoCo {escape(vers.get('mujoco') or '?')}, JAX "
-           f"{escape(vers.get('jax') or '?')}), {escape(d.get('dtype', 'float32'))}, the same robots and random "
+           f"{escape(vers.get('jax') or '?')}), {escape(d.get('dtype', 'float32'))}"
+           + (f" (JAX's float32 dot products at precision *{escape(d['matmul_precision'])}*)" if d.get("matmul_precision") else "")
+           + ", the same robots and random "
            f"states; {escape(d.get('timing', ''))}.  Times in µs; *MJX / GRiD* is the ratio of the two; the "
            "errors are relative, ours against MJX over the batch, and each against our float64 reference."
            + (kernel_note(rows) or ""), ""]
