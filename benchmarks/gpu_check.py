@@ -994,14 +994,13 @@ def summary(state: dict) -> str:
         import peers  # numpy and attrs only at import; JAX stays in its own process
 
         slower = [r for r in state["peers"] if not (r.get("ratio") or 0) > 1]
-        tol = peers.TOLERANCE.get(state.get("dtype"), 1e-4)
-        apart = [r for r in state["peers"]
-                 if not all((r.get(k) is not None and r[k] <= tol) for k in ("rel_err", "ref_err_grid", "ref_err_peer"))]
+        apart = [r for r in state["peers"] if not peers.agrees(r)]
         lines += ["", (f"peers: GRiD against MJX, {state.get('dtype')}, JAX matmul precision "
                        f"{state.get('matmul_precision')}; {state.get('timing')}"),
                   peers.table(state["peers"]),
                   (f"every row ours faster: {'yes' if not slower else 'NO (' + str(len(slower)) + ' rows)'}; "
-                   f"every row within {tol:.0e}: {'yes' if not apart else 'NO (' + str(len(apart)) + ' rows)'}")]
+                   f"every row within the ladder's tolerance: "
+                   f"{'yes' if not apart else 'NO (' + str(len(apart)) + ' rows)'}")]
     return "\n".join(lines)
 
 
@@ -1059,10 +1058,10 @@ def main() -> int:
     }
     skip = set(filter(None, args.skip.split(",")))
     only = set(filter(None, args.only.split(",")))
-    unknown = (skip | only) - {name for name, _ in phases_of(state, args)}
+    phases = phases_of(state, args)
+    unknown = (skip | only) - {name for name, _ in phases}
     if unknown:
         ap.error(f"unknown phases {', '.join(sorted(unknown))}")
-    phases = phases_of(state, args)
     failed = False
     for name, fn in phases:
         if name in skip or (only and name not in only):

@@ -63,6 +63,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ("iiwa14", "go2", "g1")
 SIZES = (16, 256, 1024, 4096, 16384, 65536)
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # the validation ladder, relative error
+AGREEMENTS = ("rel_err", "ref_err_grid", "ref_err_peer")  # ours vs the peer, each vs the Reference
+
+
+def agrees(row: dict) -> bool:
+    """Every agreement of a row measured and within the ladder's tolerance of its precision."""
+    return all(row.get(k) is not None and row[k] <= TOLERANCE[row["dtype"]] for k in AGREEMENTS)
 GRAPH_CALLS = 20  # calls per CUDA graph when timing our kernel alone
 
 # ANCHORS §E: MuJoCo Warp's published nightly, RTX 6000 Ada, 2026-08-21, ns per world.
@@ -642,9 +648,8 @@ def main(argv=None) -> int:
             for n in sizes:
                 row = compare(side, qty, n, dtype, args.repeats, args.warmup, args.ref_states)
                 result["peers"].append(row)
-                errs = [row.get(k) for k in ("rel_err", "ref_err_grid", "ref_err_peer")]
-                if not all(e is not None and e <= TOLERANCE[dtype.name] for e in errs):
-                    bad.append(f"{name} {qty.algorithm} N={n}: errors {errs}")
+                if not agrees(row):
+                    bad.append(f"{name} {qty.algorithm} N={n}: errors {[row.get(k) for k in AGREEMENTS]}")
                 print(table([row]).splitlines()[1], flush=True)
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
