@@ -688,6 +688,17 @@ class AbiBackend:
         return method
 
 
+def emulation_command(source: str) -> list[str]:
+    """The host compiler's command building ``source`` (which includes a generated header) as a
+    host-emulated shared library (``{out}``)."""
+    from .. import buildcache
+
+    # -O0: the generated code is long straight-line code, which g++ optimises slowly (g1 with every
+    # emitted algorithm: 91 s at -O1, 31 s at -O0); the emulation runs small batches, for checking
+    return [*buildcache.host_compiler(), "-std=c++17", "-O0", "-fPIC", "-shared", "-DGRID_HOST_EMULATION",
+            "-Wall", "-Wno-unused-variable", "-Wno-unused-but-set-variable", "-o", "{out}", source]
+
+
 class Emulated(AbiBackend):
     """The generated header compiled as host C++ (``GRID_HOST_EMULATION``), behind the
     same methods as :class:`~grid_core.Reference`.  Built once per content hash.
@@ -720,10 +731,7 @@ class Emulated(AbiBackend):
         build does)."""
         from .. import buildcache
 
-        # -O0: the generated code is long straight-line code, which g++ optimises slowly (g1 with every
-        # emitted algorithm: 91 s at -O1, 31 s at -O0); the emulation runs small batches, for checking
-        cmd = [*buildcache.host_compiler(), "-std=c++17", "-O0", "-fPIC", "-shared", "-DGRID_HOST_EMULATION",
-               "-Wall", "-Wno-unused-variable", "-Wno-unused-but-set-variable", "-o", "{out}", "abi.cpp"]
+        cmd = emulation_command("abi.cpp")
         path, _ = buildcache.build_reported(f"{','.join(self._emitted())}[{self.robot.name}]", "host emulation",
                                             "the host-emulated build failed", f"emu-{self.robot.name}",
                                             self.sources(), cmd, "libgrid_emu.so", quiet=quiet)

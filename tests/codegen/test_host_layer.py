@@ -14,6 +14,7 @@ import pytest
 from conftest import load
 from grid_core import Reference, buildcache
 from grid_core.composer import Composer, GenerateOptions, generate
+from grid_core.runtime.backend import emulation_command
 from grid_core.testing import assert_close, random_state
 from tests.generated import emitted
 
@@ -62,10 +63,8 @@ def host_layer(request):
     robot = load(request.param)
     algorithms = emitted()
     source, info = _wrapper(robot, algorithms)
-    cmd = [*buildcache.host_compiler(), "-std=c++17", "-O0", "-fPIC", "-shared", "-DGRID_HOST_EMULATION",
-           "-o", "{out}", "host.cpp"]
     path, _ = buildcache.build(f"host-layer-{robot.name}", {"grid.cuh": generate(robot, algorithms), "host.cpp": source},
-                               cmd, "libhost_layer.so")
+                               emulation_command("host.cpp"), "libhost_layer.so")
     return robot, ctypes.CDLL(str(path)), info
 
 
