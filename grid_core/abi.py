@@ -32,21 +32,15 @@ import math
 import attrs
 
 from .algorithm import Port
-from .emit.signature import Signature
 from .composer import resolve_algorithms
+from .emit.layers import MAPPED_MAX_WORK  # the rule the generated gridData wrappers follow too
+from .emit.signature import Signature
 from .model import Robot
 from .model.robot import QUATERNION_TOLERANCE
 from .reference import is_configuration
 
 DTYPES = {"f32": "float", "f64": "double"}
 TRANSFERS = {"auto": 0, "copy": 1, "mapped": 2, "mapped_staged": 3}
-# The host form moves a batch through mapped memory while (states) x (input values per state)^2
-# stays under this, and through the copy engine above it.  What mapped memory adds to the
-# kernel grew as that product on the H200 (about 4.8 ns per unit for iiwa14, go2 and g1 alike:
-# experiments of 2026-11-30, per state the loads are serial round trips over the bus), while
-# the copy engine costs a fixed ~15-25 µs for its two transfers: so mapped memory for iiwa14
-# to ~9000 states, go2 to ~1300, g1 to ~350.
-MAPPED_MAX_WORK = 4_000_000
 
 
 def mapped_by_default(num_timesteps: int, values_per_state: int) -> bool:

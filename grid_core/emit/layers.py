@@ -63,6 +63,14 @@ PARAMS = {"gravity": GRAVITY}
 
 XI_REGION = "XI"
 
+# The host forms (the gridData wrappers here, the C ABI's host form) move a batch through mapped
+# memory while (states) x (input values per state)^2 stays under this, and through the copy
+# engine above it.  What mapped memory adds to the kernel grew as that product on the H200
+# (about 4.8 ps per unit for iiwa14, go2 and g1 alike: experiments of 2026-11-30, per state the
+# loads are serial round trips over the bus), while the copy engine costs a fixed ~15-25 µs for
+# its two transfers: so mapped memory for iiwa14 to ~9000 states, go2 to ~1300, g1 to ~350.
+MAPPED_MAX_WORK = 4_000_000
+
 
 def xi_region(robot) -> ArenaRegion:
     from .spatial_steps import xi_size
@@ -664,54 +672,66 @@ class Layers:
         fields = self.emitter.grid_data_names()
         sig = self.host
         use_third = third_flag or "true"
+        per_state = sum(_size(p) for p in self.states if p.name != "f_ext")
         body: list = [
             n.Comment("inputs: [q | qd] (+ the third apart) when compressed, else [q | qd | third]"),
             n.Stmt("constexpr int stride = USE_COMPRESSED_MEM ? NUM_POS + NUM_VEL : NUM_POS + 2 * NUM_VEL"),
             n.Stmt("T *h_in = USE_COMPRESSED_MEM ? hd_data->h_q_qd : hd_data->h_q_qd_u"),
             n.Stmt("T *d_in = USE_COMPRESSED_MEM ? hd_data->d_q_qd : hd_data->d_q_qd_u"),
-            n.Comment("one stream, one synchronisation: the copies in, the launch and the copies out are"),
-            n.Comment("ordered by streams[0] itself (each host-device round trip costs microseconds)"),
-            n.Stmt("gpuErrchk(cudaMemcpyAsync(d_in, h_in, size_t(stride) * num_timesteps * sizeof(T), "
-                   "cudaMemcpyHostToDevice, streams[0]))"),
-        ]
-        if third:
-            body.append(n.If(f"{use_third} && USE_COMPRESSED_MEM", [
-                n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_u, hd_data->h_u, size_t(NUM_VEL) * num_timesteps "
-                       "* sizeof(T), cudaMemcpyHostToDevice, streams[0]))")], constexpr=True))
-        if "f_ext" in names:
-            body.append(n.If("hd_data->use_f_ext", [
-                n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_f_ext, hd_data->h_f_ext, size_t(6 * NUM_BODIES) * "
-                       "num_timesteps * sizeof(T), cudaMemcpyHostToDevice, streams[0]))")]))
-        body += [
+            n.Comment("small batches through mapped memory: gridData's host buffers are pinned, so under"),
+            n.Comment("unified addressing the kernel reads the inputs and writes the results in place over"),
+            n.Comment("the bus (no copy-engine transfer to set up, most of a small call's cost); larger ones"),
+            n.Comment("through the copy engine.  Either way one stream, one synchronisation."),
+            n.Stmt(f"const bool mapped = size_t(num_timesteps) * {per_state * per_state}u <= {MAPPED_MAX_WORK}u",
+                   comment=f"states x {per_state}^2 input values"),
             n.Stmt("LaunchConfig cfg"),
             n.If(f"{self.name}_resolve_layout(num_timesteps, LAYOUT_AUTO) == LAYOUT_BLOCK",
                  [n.Stmt("cfg.layout = LAYOUT_BLOCK"), n.Stmt("cfg.blocks = int(block_dimms.x)"),
                   n.Stmt("cfg.threads = int(thread_dimms.x * thread_dimms.y)")], [n.Stmt("cfg.layout = LAYOUT_PER_STATE")]),
             n.Stmt(f"gpuErrchk(grid_ensure_workspace(hd_data, {self.workspace_bytes.name}<T>(num_timesteps, cfg)))"),
         ]
-        args = {p.name: p.name for p in self.launch_strided.params}
-        for p in self.outputs:
-            args[f"d_{p.name}"] = f"hd_data->d_{fields.get(p.name, p.name)}"
-        args["d_q"], args["stride_q"] = "d_in", "stride"
-        if "qd" in names:
-            args["d_qd"], args["stride_qd"] = "d_in + NUM_POS", "stride"
+
+        def launch(side: str) -> n.Stmt:
+            """The launch on the ``h`` (mapped) or ``d`` (device) buffers."""
+            args = {p.name: p.name for p in self.launch_strided.params}
+            for p in self.outputs:
+                args[f"d_{p.name}"] = f"hd_data->{side}_{fields.get(p.name, p.name)}"
+            args["d_q"], args["stride_q"] = f"{side}_in", "stride"
+            if "qd" in names:
+                args["d_qd"], args["stride_qd"] = f"{side}_in + NUM_POS", "stride"
+            if third:
+                args[f"d_{third}"] = (f"!{use_third} ? nullptr : (USE_COMPRESSED_MEM ? hd_data->{side}_u : "
+                                      f"{side}_in + NUM_POS + NUM_VEL)")
+                args[f"stride_{third}"] = "USE_COMPRESSED_MEM ? NUM_VEL : stride"
+            if "f_ext" in names:
+                args["d_f_ext"] = f"hd_data->use_f_ext ? hd_data->{side}_f_ext : nullptr"
+            args.update({"d_workspace": "hd_data->d_workspace", "workspace_bytes": "hd_data->workspace_bytes",
+                         "stream": "streams[0]"})
+            return n.Stmt(f"gpuErrchk({self.launch_strided.call(args, ['T']).expr()})")
+
+        copies_in = [n.Stmt("gpuErrchk(cudaMemcpyAsync(d_in, h_in, size_t(stride) * num_timesteps * sizeof(T), "
+                            "cudaMemcpyHostToDevice, streams[0]))")]
         if third:
-            args[f"d_{third}"] = (f"!{use_third} ? nullptr : (USE_COMPRESSED_MEM ? hd_data->d_u : "
-                                  "d_in + NUM_POS + NUM_VEL)")
-            args[f"stride_{third}"] = "USE_COMPRESSED_MEM ? NUM_VEL : stride"
+            copies_in.append(n.If(f"{use_third} && USE_COMPRESSED_MEM", [
+                n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_u, hd_data->h_u, size_t(NUM_VEL) * num_timesteps "
+                       "* sizeof(T), cudaMemcpyHostToDevice, streams[0]))")], constexpr=True))
         if "f_ext" in names:
-            args["d_f_ext"] = "hd_data->use_f_ext ? hd_data->d_f_ext : nullptr"
-        args.update({"d_workspace": "hd_data->d_workspace", "workspace_bytes": "hd_data->workspace_bytes",
-                     "stream": "streams[0]"})
-        body.append(n.Stmt(f"gpuErrchk({self.launch_strided.call(args, ['T']).expr()})"))
+            copies_in.append(n.If("hd_data->use_f_ext", [
+                n.Stmt("gpuErrchk(cudaMemcpyAsync(hd_data->d_f_ext, hd_data->h_f_ext, size_t(6 * NUM_BODIES) * "
+                       "num_timesteps * sizeof(T), cudaMemcpyHostToDevice, streams[0]))")]))
+        copies_out = []
         for p in self.outputs:
             f = fields.get(p.name, p.name)
-            body.append(n.Stmt(f"gpuErrchk(cudaMemcpyAsync(hd_data->h_{f}, hd_data->d_{f}, size_t({_size(p)}) * "
-                               "num_timesteps * sizeof(T), cudaMemcpyDeviceToHost, streams[0]))"))
-        body.append(n.Stmt("gpuErrchk(cudaStreamSynchronize(streams[0]))"))
+            copies_out.append(n.Stmt(f"gpuErrchk(cudaMemcpyAsync(hd_data->h_{f}, hd_data->d_{f}, size_t({_size(p)}) * "
+                                     "num_timesteps * sizeof(T), cudaMemcpyDeviceToHost, streams[0]))"))
+        body += [
+            n.If("mapped", [launch("h")], [*copies_in, launch("d"), *copies_out]),
+            n.Stmt("gpuErrchk(cudaStreamSynchronize(streams[0]))"),
+        ]
         outs = ", ".join(f"hd_data->h_{fields.get(p.name, p.name)}" for p in self.outputs)
-        doc = (f"Host layer: copies the inputs of hd_data to the device, launches, copies the results\n"
-               f"back into {outs}.  USE_COMPRESSED_MEM: inputs in h_q_qd (and h_u), else h_q_qd_u."
+        doc = (f"Host layer: the inputs of hd_data in, the results into {outs} (small batches through\n"
+               f"mapped memory, where the d_ buffers are not touched; larger ones copied through the d_\n"
+               f"buffers).  USE_COMPRESSED_MEM: inputs in h_q_qd (and h_u), else h_q_qd_u."
                + (f"\n{third_flag}: read the {third} input (else zero)." if third_flag else "")
                + "\nBlock-layout batches run with the given block and thread dims.")
         return n.Function(sig, body, doc=doc)
@@ -723,4 +743,4 @@ def _base_state_body():
     return Emitter.state_body
 
 
-__all__ = ["GRAVITY", "Layers", "PARAMS", "ParamSpec", "XI_REGION", "padded", "xi_region"]
+__all__ = ["GRAVITY", "MAPPED_MAX_WORK", "PARAMS", "XI_REGION", "Layers", "ParamSpec", "padded", "xi_region"]
