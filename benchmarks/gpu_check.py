@@ -197,7 +197,10 @@ def adapter(robot, algorithm: str) -> str:
     # the host layer's inputs as the launcher takes them (q and qd from h_q_qd, the third from
     # h_u: the compressed form; f_ext absent) and its results, for bench check's comparison
     gather, outs = ["(void)hd; (void)n; (void)in;"], ["(void)hd; (void)k; return nullptr;"]
+    copy_n = 0
     if host is not None:
+        from grid_core.emit.layers import MAPPED_MAX_WORK
+
         targs = ", ".join(["T"] + ["true"] * (len(host.template) - 1))
         params = "".join(", g::Gravity<T>()" for _ in L.params)
         host_call = f"g::{algorithm}<{targs}>(hd, model{params}, n, b, t, streams);"
@@ -213,6 +216,8 @@ def adapter(robot, algorithm: str) -> str:
         fields = L.emitter.grid_data_names()
         outs = [f"if (k == {k}) return hd->h_{fields.get(p.name, p.name)};" for k, p in enumerate(L.outputs)]
         outs.append("return nullptr;")
+        per = sum(math.prod(p.shape) for p in L.states if p.name != "f_ext")
+        copy_n = MAPPED_MAX_WORK // (per * per) + 1  # the first batch the host layer copies
     staged = f"g::{pfx}_STAGED_THREADS<T>()" if L.emitter.staged else "0"
     return "\n".join([
         f"// adapter of benchmarks/src/bench.cu to {algorithm} (written by benchmarks/gpu_check.py)",
@@ -235,6 +240,7 @@ def adapter(robot, algorithm: str) -> str:
         "inline void host(g::gridData<T> *hd, const g::robotModel<T> *model, int n, dim3 b, dim3 t, cudaStream_t *streams) {",
         f"    {host_call}",
         "}",
+        f"static constexpr int HOST_COPY_N = {max(copy_n, 1)};  // from here the host layer copies (below: mapped)",
         "inline void host_inputs(const g::gridData<T> *hd, int n, std::vector<T> *in) {",
         *[f"    {x}" for x in gather],
         "}",

@@ -264,13 +264,14 @@ static int run_check() {
             ++runs;
         }
     }
-    // the host layer (gridData, streams, robotModel), block and per-state regimes: its results
-    // must equal the launcher's on the same inputs (those gridData holds, optional inputs absent)
+    // the host layer (gridData, streams, robotModel): block and per-state regimes through mapped
+    // memory, and a batch through the copy engine; its results must equal the launcher's on the
+    // same inputs (those gridData holds, optional inputs absent)
     g::robotModel<T> *model = g::init_robotModel<T>();
     cudaStream_t *streams = g::init_grid_streams<T>();
     std::mt19937 hrng(99);
     std::normal_distribution<float> hnd(0.f, 1.f);
-    for (int m : {3, 300, 3000}) {
+    for (int m : {3, 300, ad::HOST_COPY_N}) {
         g::gridData<T> *hd = g::init_gridData<T>(m);
         for (size_t i = 0; i < size_t(m) * (g::NUM_POS + g::NUM_VEL); ++i) hd->h_q_qd[i] = hnd(hrng);
         for (size_t i = 0; i < size_t(m) * g::NUM_VEL; ++i) hd->h_u[i] = hnd(hrng);
