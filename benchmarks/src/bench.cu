@@ -154,7 +154,7 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             double graph = time_graph(b, cfg, s, repeats, warmup, false);
             double graph_empty = time_graph(b, cfg, s, repeats, warmup, true);
             double resident = time_host([&] { CHECK(launch(b, cfg, s)); }, repeats, warmup, s);
-            double io = -1;
+            double io = -1, io_copy = -1, io_mapped = -1;  // the host layer: by size, forced copy, forced mapped
             if (layout == g::LAYOUT_AUTO) {
                 g::gridData<T> *hd = g::init_gridData<T>(n);
                 cudaStream_t *streams = g::init_grid_streams<T>();
@@ -162,9 +162,13 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
                 std::normal_distribution<float> nd(0.f, 1.f);
                 for (size_t i = 0; i < size_t(n) * (g::NUM_POS + g::NUM_VEL); ++i) hd->h_q_qd[i] = nd(rng);
                 for (size_t i = 0; i < size_t(n) * g::NUM_VEL; ++i) hd->h_u[i] = nd(rng);
-                io = time_host([&] {
-                    ad::host(hd, nullptr, n, dim3(n), dim3(g::MAX_PERF_LEVEL_THREADS), streams);
-                }, std::max(20, repeats / 4), 5, s);
+                for (int transfer : {0, 1, 2}) {
+                    hd->transfer = transfer;
+                    const double t = time_host([&] {
+                        ad::host(hd, nullptr, n, dim3(n), dim3(g::MAX_PERF_LEVEL_THREADS), streams);
+                    }, std::max(20, repeats / 4), 5, s);
+                    (transfer == 0 ? io : transfer == 1 ? io_copy : io_mapped) = t;
+                }
                 g::close_grid_streams(streams);
                 g::close_grid<T>(hd);
             }
@@ -173,10 +177,11 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             std::fprintf(out,
                 "%s  {\"robot\": \"%s\", \"algorithm\": \"%s\", \"n\": %d, \"layout\": \"%s\", "
                 "\"resolved\": \"%s\", \"blocks\": %d, \"threads\": %d, \"kernel_us\": %.3f, \"empty_us\": %.3f, "
-                "\"graph_us\": %.3f, \"graph_empty_us\": %.3f, \"resident_us\": %.3f, \"io_us\": %.3f}",
+                "\"graph_us\": %.3f, \"graph_empty_us\": %.3f, \"resident_us\": %.3f, \"io_us\": %.3f, "
+                "\"io_copy_us\": %.3f, \"io_mapped_us\": %.3f}",
                 first ? "" : ",\n", robot.c_str(), ad::ALGO, n, lname,
                 resolved == g::LAYOUT_PER_STATE ? "per_state" : "block", blocks, threads, kernel, empty, graph,
-                graph_empty, resident, io);
+                graph_empty, resident, io, io_copy, io_mapped);
             first = false;
             std::fflush(out);
         }
@@ -271,8 +276,12 @@ static int run_check() {
     cudaStream_t *streams = g::init_grid_streams<T>();
     std::mt19937 hrng(99);
     std::normal_distribution<float> hnd(0.f, 1.f);
-    for (int m : {3, 300, ad::HOST_COPY_N}) {
+    // (batch, transfer): by size on both sides of the rule, and each forced the other way
+    const int cases[][2] = {{3, 0}, {300, 0}, {ad::HOST_COPY_N, 0}, {3, 1}, {ad::HOST_COPY_N, 2}};
+    for (const auto &c : cases) {
+        const int m = c[0];
         g::gridData<T> *hd = g::init_gridData<T>(m);
+        hd->transfer = c[1];
         for (size_t i = 0; i < size_t(m) * (g::NUM_POS + g::NUM_VEL); ++i) hd->h_q_qd[i] = hnd(hrng);
         for (size_t i = 0; i < size_t(m) * g::NUM_VEL; ++i) hd->h_u[i] = hnd(hrng);
         ad::host(hd, model, m, dim3(m), dim3(64), streams);
@@ -292,7 +301,7 @@ static int run_check() {
             have.insert(have.end(), h, h + size_t(m) * ad::OUT_SIZE[k]);
         }
         const bool ok = same(have, want);
-        if (!ok) std::printf("check: the host layer differs from the launcher at %d states\n", m);
+        if (!ok) std::printf("check: the host layer differs from the launcher at %d states (transfer %d)\n", m, c[1]);
         failures += !ok;
         g::close_grid<T>(hd);
         ++runs;
