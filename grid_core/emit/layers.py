@@ -225,8 +225,7 @@ class Layers:
             if self.emitter.staged:
                 self.staged_kernel = Signature(
                     f"{self.name}_per_state_staged_kernel",
-                    [*k_out, *[Param("const T *", f"d_{p.name}") for p in self.states], *self._param_params(),
-                     Param("const int", "num_timesteps")],
+                    [*k_out, *k_in, *self._param_params(), Param("const int", "num_timesteps")],
                     "__global__", template=[T, *use], attributes=f"__launch_bounds__({self.pfx}_PER_STATE_THREADS)")
         cfg = [Param("const int", "num_timesteps"), Param("LaunchConfig", "cfg"), Param("T *", "d_workspace"),
                Param("size_t", "workspace_bytes"), Param("cudaStream_t", "stream")]
@@ -503,8 +502,10 @@ class Layers:
             n.Comment("every thread issues all its loads before any store to shared memory, so they are in"),
             n.Comment("flight together (one bus round trip, not one per value, when the inputs are host memory)"),
             *([n.Stmt(f"T {regs}")] if regs else []),
+            n.Comment("value i of the block's share: state base + i / size, entry i % size (strided rows)"),
             *[x for p in self.smem_inputs
-              for x in self._share_of(f"r_{p.name}[j] = d_{p.name}[size_t(base) * {_size(p)} + i]", _size(p), p.name)],
+              for x in self._share_of(f"r_{p.name}[j] = d_{p.name}[size_t(base + i / {_size(p)}) * stride_{p.name} + "
+                                      f"i % {_size(p)}]", _size(p), p.name)],
             *[x for p in self.smem_inputs for x in self._share_of(f"s_{p.name}[i] = r_{p.name}[j]", _size(p), p.name)],
             n.Stmt("__syncthreads()"),
             n.If("int(threadIdx.x) < count", [
@@ -521,8 +522,9 @@ class Layers:
             n.Comment("the loop bound is uniform over the block: every thread reaches every sync"),
             n.For("int base = blockIdx.x * blockDim.x", "base < num_timesteps", "base += gridDim.x * blockDim.x",
                   stage)], doc=(
-            "Per-state layout with the block's states staged through shared memory: every global\n"
-            "load and store of the staged inputs and the outputs is coalesced.  For arrays in mapped\n"
+            "Per-state layout with the block's states staged through shared memory: the global stores\n"
+            "of the outputs are coalesced, and the loads of the staged inputs as far as their rows'\n"
+            "stride allows (contiguous when packed).  For arrays in mapped\n"
             "host memory (LaunchConfig::stage_io), where each uncoalesced access crosses the bus;\n"
             "inputs read in place stay in place."))
 
@@ -592,14 +594,13 @@ class Layers:
                                                       "blocks", "threads")]) for cond, t in self._combos()]
             branch: list = []
             if self.emitter.staged:
-                natural = " && ".join(f"stride_{p.name} == {_size(p)}" for p in self.smem_inputs) or "true"
                 sargs = {p.name: p.name for p in self.staged_kernel.params}
                 staged = [n.If(cond or "true", [Launch(self.staged_kernel.call(sargs, {"T": "T", **t}),
                                                        "blocks", "threads", "smem")]) for cond, t in self._combos()]
                 stage = "cfg.stage_io" if not self.emitter.stage_by_default else \
                     f"(cfg.stage_io || {pfx}_STAGE_BY_DEFAULT)"
                 branch.append(n.If(
-                    f"{stage} && {natural} && {pfx}_STAGED_THREADS<T>() > 0 && "
+                    f"{stage} && {pfx}_STAGED_THREADS<T>() > 0 && "
                     f"cfg.threads <= {pfx}_STAGED_THREADS<T>()", [
                         n.Comment("a hint: a robot too big to stage, or a block size over the staged one, runs "
                                   "the plain kernel"),
