@@ -687,14 +687,11 @@ class Layers:
                    f"size_t(num_timesteps) * {per_state * per_state}u <= {MAPPED_MAX_WORK}u)",
                    comment=f"by size: states x {per_state}^2 input values"),
             n.Stmt("LaunchConfig cfg"),
-            n.Stmt("cfg.stage_io = mapped", comment="over the bus, coalesced accesses (the staged per-state kernel)")
-            if self.emitter.staged else None,
             n.If(f"{self.name}_resolve_layout(num_timesteps, LAYOUT_AUTO) == LAYOUT_BLOCK",
                  [n.Stmt("cfg.layout = LAYOUT_BLOCK"), n.Stmt("cfg.blocks = int(block_dimms.x)"),
                   n.Stmt("cfg.threads = int(thread_dimms.x * thread_dimms.y)")], [n.Stmt("cfg.layout = LAYOUT_PER_STATE")]),
             n.Stmt(f"gpuErrchk(grid_ensure_workspace(hd_data, {self.workspace_bytes.name}<T>(num_timesteps, cfg)))"),
         ]
-        body = [s for s in body if s is not None]
 
         def launch(side: str) -> n.Stmt:
             """The launch on the ``h`` (mapped) or ``d`` (device) buffers."""
