@@ -129,19 +129,32 @@ def _with_base(opts: dict) -> dict:
     return {**opts, **({"algorithm_options": algo} if algo else {})}
 
 
+# robots whose per-state kernels are also built at 2 and 4 blocks per SM (launch bounds), every
+# algorithm, for the occupancy A/B at large batches
+OCC_ROBOTS = [r for r in os.environ.get("GRID_CHECK_OCC_ROBOTS", "atlas,g1").split(",") if r in ROBOTS]
+OCCUPANCIES = tuple(int(x) for x in os.environ.get("GRID_CHECK_OCCUPANCIES", "2,4").split(","))
+
+
+def _occ_variants() -> list:
+    return [(f"{r}-occ{occ}", r, {"algorithm_options": {a: {"per_state_min_blocks": occ} for a in ALGORITHMS}})
+            for r in OCC_ROBOTS for occ in OCCUPANCIES]
+
+
 def variants():
-    """(label, robot, generate options): normal, forced deepest spill, per-body sweeps."""
+    """(label, robot, generate options): normal, forced deepest spill, per-body sweeps, per-state
+    occupancy.  GRID_CHECK_VARIANTS=base: the default builds only; =occ: those and the occupancy
+    ones (a quick A/B)."""
     out = []
-    if os.environ.get("GRID_CHECK_VARIANTS") == "base":  # a quick rerun: the default builds only
-        return [(r, r, _with_base({})) for r in ROBOTS]
+    mode = os.environ.get("GRID_CHECK_VARIANTS")
+    if mode in ("base", "occ"):
+        out = [(r, r, {}) for r in ROBOTS] + (_occ_variants() if mode == "occ" else [])
+        return [(label, r, _with_base(o)) for label, r, o in out]
     bodies = {a: {"p1": "bodies"} for a in ALGORITHMS if _has_option(a, "p1")}
     for r in ROBOTS:
         out.append((r, r, {}))
         out.append((f"{r}-spill", r, {"target_shared_mem_bytes": 0}))
         out.append((f"{r}-bodies", r, {"algorithm_options": bodies}))
-    for r in ("atlas", "g1"):
-        for occ in (2, 4):
-            out.append((f"{r}-occ{occ}", r, {"algorithm_options": {"inverse_dynamics": {"per_state_min_blocks": occ}}}))
+    out += _occ_variants()
     return [(label, r, _with_base(o)) for label, r, o in out]
 
 
@@ -292,8 +305,6 @@ def phase_build(state: dict) -> None:
         if not hpath.exists() or hpath.read_text() != text:
             hpath.write_text(text)
         for alg in ALGORITHMS:
-            if "-occ" in label and alg != "inverse_dynamics":
-                continue
             jobs.append(lambda d=d, h=hpath, a=alg, r=robot, lb=label: _bench(d, h, a, r, lb))
     # the previous generator's inverse dynamics (headers carried in BUILD/<robot>-prev), timed in the
     # same run: the layer generator must leave the kernel table unchanged within noise
@@ -309,9 +320,9 @@ def phase_build(state: dict) -> None:
     example = ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu"
     jobs.append(lambda: _nvcc(["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"],
                               d / "fused", [d / "grid.cuh", example], "the fused example"))
-    if os.environ.get("GRID_CHECK_VARIANTS") == "base":
+    if os.environ.get("GRID_CHECK_VARIANTS") in ("base", "occ"):
         _in_parallel(jobs)
-        state["build"] = "ok (base variants)"
+        state["build"] = f"ok ({os.environ['GRID_CHECK_VARIANTS']} variants)"
         return
     # the raw C++ launch as a library, for the runtime phase's same-process comparison
     raw_src = ROOT / "benchmarks" / "src" / "raw_launch.cu"
@@ -402,12 +413,13 @@ def phase_time(state: dict, repeats: int) -> None:
         for alg in ALGORITHMS:
             if f"{r}-bodies" in built:
                 rows += _time(f"{r}-bodies", alg, repeats, (1, 256, 1024))
-    # per-state occupancy A/B (launch bounds min blocks) on the big robots, large batches
-    for r in ("atlas", "g1"):
-        for occ in (2, 4):
+    # per-state occupancy A/B (launch bounds min blocks), every algorithm, large batches
+    for r in OCC_ROBOTS:
+        for occ in OCCUPANCIES:
             if f"{r}-occ{occ}" in built:
-                rows += [x for x in _time(f"{r}-occ{occ}", "inverse_dynamics", repeats,
-                                          (4096, 16384, 262144, 1048576)) if x["layout"] == "per_state"]
+                for alg in ALGORITHMS:
+                    rows += [x for x in _time(f"{r}-occ{occ}", alg, repeats, (4096, 16384, 262144, 1048576))
+                             if x["layout"] == "per_state"]
     state["time"] = rows
 
 
@@ -712,7 +724,11 @@ def phase_tune(state: dict) -> None:
     tune = [a for a in (os.environ.get("GRID_CHECK_TUNE") or ",".join(ALGORITHMS)).split(",") if a in ALGORITHMS]
     for alg in tune:
         mine = [x for x in rows if x.get("algorithm", "inverse_dynamics") == alg]
-        tuning = {"note": "measured by benchmarks/gpu_check.sh; baked into headers by the composer", "robots": {}}
+        path = ROOT / "grid_algorithms" / f"{alg}.tuning.json"
+        # robots this run did not measure keep their entries
+        on_file = json.loads(path.read_text()).get("robots", {}) if path.exists() else {}
+        tuning = {"note": "measured by benchmarks/gpu_check.sh; baked into headers by the composer",
+                  "robots": dict(on_file)}
         for r in ROBOTS:
             robot = grid_core.load_robot(r)
             k = {(x["n"], x["layout"]): x["kernel_us"] for x in mine if x["robot"] == r}
@@ -725,20 +741,24 @@ def phase_tune(state: dict) -> None:
             bodies_256 = kb.get(256)
             p1 = "levels" if levels_256 is None or bodies_256 is None or levels_256 <= bodies_256 else "bodies"
             entry = {"digest": robot.digest[:16], "per_state_min_n": cross if cross is not None else max(sizes) + 1}
-            if alg == "inverse_dynamics":
-                # occupancy of the per-state kernel: the fastest at the largest batch
-                big = max(sizes)
-                occ_times = {1: k.get((big, "per_state"))}
-                for occ in (2, 4):
-                    for x in mine:
-                        if x["robot"] == f"{r}-occ{occ}" and x["n"] == big and x["layout"] == "per_state":
-                            occ_times[occ] = x["kernel_us"]
-                occ_times = {o: t for o, t in occ_times.items() if t is not None}
-                best_occ = min(occ_times, key=occ_times.get) if occ_times else 1
+            # occupancy of the per-state kernel: the fastest at the largest batch, where this run
+            # measured the alternatives (else the measured value on file stays)
+            big = max(sizes)
+            occ_times = {1: k.get((big, "per_state"))}
+            for occ in OCCUPANCIES:
+                for x in mine:
+                    if x["robot"] == f"{r}-occ{occ}" and x["n"] == big and x["layout"] == "per_state":
+                        occ_times[occ] = x["kernel_us"]
+            occ_times = {o: t for o, t in occ_times.items() if t is not None}
+            if len(occ_times) > 1:
+                best_occ = min(occ_times, key=occ_times.get)
                 if 1 in occ_times and occ_times[best_occ] > 0.97 * occ_times[1]:
                     best_occ = 1  # within noise of the default: keep the compiler's register budget
                 entry.update(per_state_min_blocks=best_occ,
                              per_state_occupancy_ab_us={str(o): t for o, t in occ_times.items()})
+            elif "per_state_min_blocks" in on_file.get(r, {}):
+                entry.update({key: on_file[r][key] for key in ("per_state_min_blocks", "per_state_occupancy_ab_us")
+                              if key in on_file[r]})
             entry.update(p1=p1, ab_block_n256_us={"levels": levels_256, "bodies": bodies_256},
                          ab_block_n1024_us={"levels": k.get((1024, "block")), "bodies": kb.get(1024)},
                          gpu=state.get("gpu", ""))
@@ -746,7 +766,7 @@ def phase_tune(state: dict) -> None:
                 _pick_method(entry, rows, r)
             tuning["robots"][r] = entry
         state["tuning"][alg] = tuning
-        (ROOT / "grid_algorithms" / f"{alg}.tuning.json").write_text(json.dumps(tuning, indent=1) + "\n")
+        path.write_text(json.dumps(tuning, indent=1) + "\n")
 
 
 def _crossover(k: dict) -> int | None:
@@ -815,6 +835,14 @@ def gpu_name() -> str:
     return res.stdout.strip().splitlines()[0] if res.returncode == 0 and res.stdout.strip() else "unknown GPU"
 
 
+def _baked_method(robot_name: str) -> str:
+    """Forward dynamics' method that the tuning file bakes into ``robot_name``'s header."""
+    import grid_core
+    from grid_core.composer import tuning_for
+
+    return tuning_for(grid_core.algorithms()["forward_dynamics"], grid_core.load_robot(robot_name)).get("method", "minv")
+
+
 def targets(rows: list) -> list[str]:
     """The issue targets of each algorithm's kernels, each line with its figures and a verdict:
     near the launch floor up to N = 16384 (iiwa14, hyq), within 2x of the memory floor from
@@ -826,6 +854,20 @@ def targets(rows: list) -> list[str]:
         if not auto:
             continue
         out += ["", f"targets of {alg}:"]
+        if alg == "forward_dynamics":
+            # the bench builds forward dynamics by Minv (tau - bias) beside aba (see _with_base); a
+            # robot whose header bakes ABA is judged on the aba rows: that is the code it ships
+            baked = [r for r in {r for r, _ in auto} if _baked_method(r) == "aba"]
+            for (r, n), x in list(auto.items()):
+                if r in baked:
+                    by_aba = next((y for y in rows if y.get("algorithm") == "aba" and y["robot"] == r
+                                   and y["n"] == n and y["layout"] == "auto"), None)
+                    if by_aba is None:
+                        del auto[(r, n)]
+                    else:
+                        auto[(r, n)] = by_aba
+            if baked:
+                out.append(f"  ({', '.join(sorted(baked))}: the aba rows, the method baked in by the tuning file)")
         for r in ("iiwa14", "hyq"):
             over = [(n, x["kernel_us"] - x["empty_us"]) for (rr, n), x in sorted(auto.items()) if rr == r and n <= 16384]
             if over:

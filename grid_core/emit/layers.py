@@ -226,7 +226,8 @@ class Layers:
                 self.staged_kernel = Signature(
                     f"{self.name}_per_state_staged_kernel",
                     [*k_out, *k_in, *self._param_params(), Param("const int", "num_timesteps")],
-                    "__global__", template=[T, *use], attributes=f"__launch_bounds__({self.pfx}_PER_STATE_THREADS)")
+                    "__global__", template=[T, *use],
+                    attributes=f"__launch_bounds__({self.pfx}_PER_STATE_THREADS, {self.pfx}_PER_STATE_MIN_BLOCKS)")
         cfg = [Param("const int", "num_timesteps"), Param("LaunchConfig", "cfg"), Param("T *", "d_workspace"),
                Param("size_t", "workspace_bytes"), Param("cudaStream_t", "stream")]
         self.launch_strided = Signature(f"{self.name}_launch_strided", [*k_out, *k_in, *self._param_params(), *cfg],
