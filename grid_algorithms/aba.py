@@ -107,7 +107,6 @@ class _Slots:
             self.size += width(key)
 
 
-_SYM6_PAIRS = [(i, j) for i in range(6) for j in range(i, 6)]  # spatial_steps' 21-scalar layout
 
 HOT = ("v", "pA", "IA", "a")
 """Read and written across a sweep (children read v and a, every child adds into IA and pA)."""
@@ -296,11 +295,8 @@ class AbaSteps:
                 self.put(scope, "u", (b, j), u[j])
         if not to_parent:
             return None
-        # Ia S = U - U D^-1 D = 0 exactly: a column of S that is a unit vector e_k (an axis-aligned
-        # joint, a free-flyer's) makes Ia's row and column k zero; folded, not left to rounding
-        axes = {s.index(x) for s in S for x in s if abs(x) == 1.0 and sum(y != 0.0 for y in s) == 1}
-        Ia = ss.sym6_sub_outer(IA, U, Dinv, scope)
-        Ia = scope.let_all([0.0 if i in axes or j in axes else x for (i, j), x in zip(_SYM6_PAIRS, Ia)], "Ia")
+        # Ia S = 0 exactly: an axis-aligned joint's row and column of Ia fold to zero
+        Ia = scope.let_all(ss.sym6_sub_outer(IA, U, Dinv, scope, S), "Ia")
         Iac = ss.sym6_times(Ia, self.get("c", b, 6))
         pa = {}
         for j, uj in u.items():

@@ -187,7 +187,8 @@ class MinvSteps:
 
     def passed_on(self, scope: Scope, body: Body, IA, U, Dinv) -> list:
         """``X^T (IA - U Dinv U^T) X``: what the body adds to its parent's articulated inertia."""
-        Ia = scope.let_all(ss.sym6_sub_outer(IA, U, Dinv, scope), "Ia")
+        # Ia S = 0 exactly: an axis-aligned joint's row and column of Ia fold to zero
+        Ia = scope.let_all(ss.sym6_sub_outer(IA, U, Dinv, scope, self.S[body.index]), "Ia")
         return ss.sym6_to_parent(self.X(scope, body), Ia, scope)
 
     def backward(self, scope: Scope, body: Body, Dinv, F, own: int | None) -> list:

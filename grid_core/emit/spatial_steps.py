@@ -354,14 +354,27 @@ def sym6_add(a: Sequence[Scalar], b: Sequence[Scalar]) -> list[Scalar]:
     return [sum_terms([(x,), (y,)]) for x, y in zip(a, b)]
 
 
+def unit_axes(S: Sequence[Sequence[float]]) -> set[int]:
+    """The coordinates ``k`` of the columns of ``S`` that are unit vectors ``±e_k`` (an
+    axis-aligned joint's, a free-flyer's)."""
+    return {s.index(x) for s in S for x in s if abs(x) == 1.0 and sum(y != 0.0 for y in s) == 1}
+
+
 def sym6_sub_outer(a: Sequence[Scalar], U: Sequence[Sequence[Scalar]], Dinv: Sequence[Sequence[Scalar]],
-                   scope: Scope) -> list[Scalar]:
-    """``A - U Dinv U^T`` for ``U`` given as ``w`` columns (6-vectors) and ``Dinv`` ``w x w``
-    (symmetric): the articulated inertia a joint passes on to its parent."""
+                   scope: Scope, S: Sequence[Sequence[float]] | None = None) -> list[Scalar]:
+    """``A - U Dinv U^T`` for ``U = A S`` given as ``w`` columns (6-vectors) and ``Dinv`` ``w x w``
+    (symmetric, ``(S^T A S)^-1``): the articulated inertia a joint passes on to its parent.
+
+    With ``S`` given: ``(A - U Dinv U^T) S = U - U Dinv D = 0`` exactly, so a column of ``S``
+    that is a unit vector ``e_k`` makes the result's row and column ``k`` zero; they are folded
+    to zero (and everything computed from them drops out), not left to rounding."""
     w = len(U)
-    UD = [scope.let_all([sum_terms([(U[k][r], Dinv[k][c]) for k in range(w)]) for r in range(6)], "UD")
-          for c in range(w)]  # columns of U Dinv
-    return [sum_terms([(a[sym6_index(i, j)],), *[(-1.0, UD[c][i], U[c][j]) for c in range(w)]])
+    axes = unit_axes(S) if S is not None else set()
+    UD = [scope.let_all([0.0 if r in axes else sum_terms([(U[k][r], Dinv[k][c]) for k in range(w)])
+                         for r in range(6)], "UD")
+          for c in range(w)]  # columns of U Dinv (rows on an axis feed only the zeroed entries)
+    return [0.0 if i in axes or j in axes else
+            sum_terms([(a[sym6_index(i, j)],), *[(-1.0, UD[c][i], U[c][j]) for c in range(w)]])
             for i, j in _SYM6_PAIRS]
 
 
