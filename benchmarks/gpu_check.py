@@ -739,7 +739,10 @@ def phase_tune(state: dict) -> None:
             cross = _crossover(k)
             levels_256 = k.get((256, "block"))
             bodies_256 = kb.get(256)
-            p1 = "levels" if levels_256 is None or bodies_256 is None or levels_256 <= bodies_256 else "bodies"
+            if levels_256 is None or bodies_256 is None:  # no P1 A/B in this run: the measured one on file
+                p1 = on_file.get(r, {}).get("p1", "levels")
+            else:
+                p1 = "levels" if levels_256 <= bodies_256 else "bodies"
             entry = {"digest": robot.digest[:16], "per_state_min_n": cross if cross is not None else max(sizes) + 1}
             # occupancy of the per-state kernel: the fastest at the largest batch, where this run
             # measured the alternatives (else the measured value on file stays)
