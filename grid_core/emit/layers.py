@@ -302,9 +302,10 @@ class Layers:
                 n.Stmt(f"static constexpr int {self.pfx}_PER_STATE_MIN_BLOCKS = {em.min_blocks(self.ctx)}"),
             ]
             if em.staged:
-                row = " + ".join(f"{_size(p)}" for p in (*self.smem_inputs, *self.outputs))
+                row = " + ".join(f"{_staged_stride(p)}" for p in (*self.smem_inputs, *self.outputs))
                 out += [
-                    n.Comment("Staged per-state kernel: values per state in shared memory (inputs and outputs),"),
+                    n.Comment("Staged per-state kernel: values per state in shared memory (inputs and outputs,"),
+                    n.Comment("each array's row made odd against bank conflicts),"),
                     n.Comment("and its block size: the largest multiple of 32 up to the per-state one within the"),
                     n.Comment("48 KB a block gets without opting in (0: too big to stage; the plain kernel runs)."),
                     n.Stmt(f"static constexpr int {self.pfx}_STAGED_ROW = {row}"),
@@ -460,10 +461,11 @@ class Layers:
     def _state_args(self, index: str, staged: bool = False) -> dict:
         args = {}
         for p in self.outputs:
-            args[p.name] = f"&s_{p.name}[t * {_size(p)}]" if staged else f"&d_{p.name}[size_t({index}) * {_size(p)}]"
+            args[p.name] = (f"&s_{p.name}[t * {_staged_stride(p)}]" if staged
+                            else f"&d_{p.name}[size_t({index}) * {_size(p)}]")
         for p in self.states:
             if staged and p.name not in self.global_inputs:
-                ptr = f"&s_{p.name}[t * {_size(p)}]"
+                ptr = f"&s_{p.name}[t * {_staged_stride(p)}]"
             elif p.name in self.global_inputs or staged:
                 ptr = f"&d_{p.name}[size_t({index}) * {_size(p)}]"
             else:
@@ -496,7 +498,7 @@ class Layers:
         carve, prev = [], "reinterpret_cast<T *>(smem)"
         for k, p in enumerate(staged):
             carve.append(n.Stmt(f"T *s_{p.name} = {prev}"))
-            prev = f"s_{p.name} + blockDim.x * {_size(p)}"
+            prev = f"s_{p.name} + blockDim.x * {_staged_stride(p)}"
         regs = ", ".join(f"r_{p.name}[{_size(p)}]" for p in self.smem_inputs)
         stage = [
             n.Stmt("const int count = num_timesteps - base < int(blockDim.x) ? num_timesteps - base : int(blockDim.x)"),
@@ -507,7 +509,8 @@ class Layers:
             *[x for p in self.smem_inputs
               for x in self._share_of(f"r_{p.name}[j] = d_{p.name}[size_t(base + i / {_size(p)}) * stride_{p.name} + "
                                       f"i % {_size(p)}]", _size(p), p.name)],
-            *[x for p in self.smem_inputs for x in self._share_of(f"s_{p.name}[i] = r_{p.name}[j]", _size(p), p.name)],
+            *[x for p in self.smem_inputs
+              for x in self._share_of(f"s_{p.name}[{_staged_index(p, 'i')}] = r_{p.name}[j]", _size(p), p.name)],
             n.Stmt("__syncthreads()"),
             n.If("int(threadIdx.x) < count", [
                 n.Stmt("const int t = threadIdx.x"),
@@ -516,7 +519,8 @@ class Layers:
             n.Comment("no sync after the store: the next round's loads write only the staged inputs, and its"),
             n.Comment("compute (which writes the outputs) waits at a sync every thread reaches after this loop"),
             *[n.For("int i = threadIdx.x", f"i < count * {_size(p)}", "i += blockDim.x",
-                    [n.Stmt(f"d_{p.name}[size_t(base) * {_size(p)} + i] = s_{p.name}[i]")]) for p in self.outputs],
+                    [n.Stmt(f"d_{p.name}[size_t(base) * {_size(p)} + i] = s_{p.name}[{_staged_index(p, 'i')}]")])
+              for p in self.outputs],
         ]
         return n.Function(self.staged_kernel, [
             n.Stmt("GRID_DYNAMIC_SMEM(smem)"), *carve,
@@ -738,6 +742,20 @@ class Layers:
                + (f"\n{third_flag}: read the {third} input (else zero)." if third_flag else "")
                + "\nBlock-layout batches run with the given block and thread dims.")
         return n.Function(sig, body, doc=doc)
+
+
+def _staged_stride(p) -> int:
+    """A staged array's values per state in shared memory: its size, made odd, so that a warp's
+    threads (one state each, row ``t`` at ``t * stride``) fall in distinct banks (an even stride
+    such as 144 = 16 * 9 puts 16 of 32 threads in one bank on every access)."""
+    size = _size(p)
+    return size if size % 2 else size + 1
+
+
+def _staged_index(p, i: str) -> str:
+    """Shared-memory index of value ``i`` of a block's packed ``count * size`` values."""
+    size, stride = _size(p), _staged_stride(p)
+    return i if size == stride else f"{i} / {size} * {stride} + {i} % {size}"
 
 
 def _base_state_body():
