@@ -62,7 +62,7 @@ LAYERS = (
     ("_per_state_kernel", "per-state kernel: one thread per state"),
     ("_launch", "launcher: device pointers in and out (the convention the C ABI is generated from)"),
     ("_workspace_bytes", "global workspace a launch needs"),
-    ("", "host wrapper: copies in, launch, copies out (gridData)"),
+    ("", "host wrapper (gridData): inputs in, launch, results out on one stream, one sync; small batches through mapped memory, larger through the copy engine (gridData::transfer forces either)"),
 )
 
 
