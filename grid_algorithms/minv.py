@@ -548,6 +548,22 @@ class MinvEmitter(Emitter):
                 acc[p] = sc.let_all(ss.sym6_add(acc[p], steps.passed_on(sc, body, IA, U, Dinv)), "acc")
 
         sweeps.depth_first(robot, scope, visit, complete)
+        # the columns in the frame of their tree's root (Pinocchio's world frame): U and S of
+        # every body carried there once, so a column's force F goes up (F += U m) and its
+        # acceleration P down (P += S m) with no transform per body and column
+        scope.comment("U and S of every body in its tree's root frame")
+        frames = ss.root_frames(robot, xi, scope)
+        UW, SW = {}, {}
+        for body in robot.bodies:
+            b = body.index
+            U, _ = ud[b]
+            if body.parent < 0:
+                UW[b], SW[b] = U, steps.S[b]
+                continue
+            E, r = frames[b]
+            UW[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U]
+            if not cols.leaf[b]:
+                SW[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
         owner = {j: b.index for b in robot.bodies for j in range(cols.columns(b.index)[0], cols.columns(b.index)[1])}
         final: dict = {}
         for j in range(nr):
@@ -555,11 +571,20 @@ class MinvEmitter(Emitter):
             scope.comment(f"column {j} ({bj.joint.name}): up its path, then down its tree")
             back, F, a, own = {}, None, bj, j - cols.columns(bj.index)[0]
             while True:
-                U, Dinv = ud[a.index]
-                back[a.index] = steps.backward(scope, a, Dinv, F, own)
+                _, Dinv = ud[a.index]
+                w = len(Dinv)
+                if own is not None:
+                    m = [Dinv[k][own] for k in range(w)]
+                else:
+                    StF = [scope.let(dot(s, F), "StF") for s in SW[a.index]]
+                    m = scope.let_all([sum_terms([(-1.0, Dinv[k][c], StF[c]) for c in range(w)])
+                                       for k in range(w)], "m")
+                back[a.index] = m
                 if a.parent < 0:
                     break
-                F = steps.transfer(scope, a, U, back[a.index], F)
+                UWa = UW[a.index]
+                F = scope.let_all([sum_terms([*([(F[k],)] if F is not None else []),
+                                              *[(UWa[c][k], m[c]) for c in range(w)]]) for k in range(6)], "F")
                 a, own = robot.bodies[a.parent], None
             P: dict = {}
             for body in robot.bodies:
@@ -567,8 +592,15 @@ class MinvEmitter(Emitter):
                 i0, d0, _, tend = cols.columns(b)
                 if not i0 <= j < tend:
                     continue
-                U, Dinv = ud[b]
-                minv, Pj = steps.forward(scope, body, U, Dinv, P[p] if p >= 0 else None, back.get(b))
+                _, Dinv = ud[b]
+                w = len(Dinv)
+                minv = list(back[b]) if b in back else [0.0] * w
+                Pp = P[p] if p >= 0 else [0.0] * 6
+                if p >= 0:
+                    UtP = [scope.let(dot(u, Pp), "UtP") for u in UW[b]]
+                    minv = [sum_terms([(minv[k],), *[(-1.0, Dinv[k][c], UtP[c]) for c in range(w)]])
+                            for k in range(w)]
+                minv = scope.let_all(minv, "m")
                 for r in range(d0 - i0):
                     if i0 + r <= j:
                         final[(i0 + r, j)] = minv[r]
@@ -577,7 +609,9 @@ class MinvEmitter(Emitter):
                             if i0 + r != j:
                                 scope.assign(f"Minv[{j * nv + i0 + r}]", minv[r])
                 if j >= d0 and not cols.leaf[b]:
-                    P[b] = scope.let_all(Pj, "P")
+                    Sb = SW[b]
+                    P[b] = scope.let_all([sum_terms([(Pp[k],), *[(Sb[c][k], minv[c]) for c in range(w)]])
+                                          for k in range(6)], "P")
         if not cols.mimic:
             for r in range(nv):  # entries between separate trees
                 for c in range(r + 1, nv):
