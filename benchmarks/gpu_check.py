@@ -400,6 +400,8 @@ def phase_time(state: dict, repeats: int) -> None:
     for label in ROBOTS:
         for alg in ALGORITHMS:
             rows += _time(label, alg, repeats, SIZES)
+        state["time"] = list(rows)
+        _save(state)  # after each robot: a run cut short keeps the robots it timed
         # the per-state layout staged through shared memory (coalesced stores), where it fits
         if "crba" in ALGORITHMS and os.environ.get("GRID_CHECK_STAGED_AB", "1") == "1":
             rows += [x for x in _time(label, "crba", repeats, [n for n in SIZES if n >= 1024], stage_io=True)
