@@ -141,16 +141,18 @@ def test_calls_are_checked_against_the_signature():
 @pytest.mark.parametrize("robot", ["iiwa14", "go2", "erd:panda"])
 def test_forward_dynamics_loads_ximats_once_and_calls_minv_and_rnea_by_handle(robot):
     """The orchestrator's contract: one XImats load per state (its device layer), then the
-    inners of inverse_dynamics and minv called through their handles, not copies of them."""
+    inners of inverse_dynamics and minv called through their handles, not copies of them (the
+    method forced to Minv (tau - bias): the tuning file may bake ABA for a robot, tested below)."""
     r = load(robot)
-    text = generate(r, ["forward_dynamics"])
+    by_minv = {"forward_dynamics": {"method": "minv"}}
+    text = generate(r, ["forward_dynamics"], algorithm_options=by_minv)
     device = _function(text, "forward_dynamics_device")
     inner = _function(text, "forward_dynamics_inner")
     kernel = _function(text, "forward_dynamics_kernel")
     assert device.count("load_update_XImats<T>(") == 1
     assert "load_update_XImats" not in inner and "load_update_XImats" not in kernel
     assert kernel.count("forward_dynamics_device<T,") == 3  # one per tier
-    composer = Composer(r, GenerateOptions())
+    composer = Composer(r, GenerateOptions(algorithm_options=by_minv))
     mine = composer.layers("forward_dynamics")
     rnea, minv = composer.layers("inverse_dynamics"), composer.layers("minv")
     inner_fn = next(x for x in mine.emit() if isinstance(x, n.Function) and x.signature is mine.inner)
@@ -165,3 +167,21 @@ def test_forward_dynamics_loads_ximats_once_and_calls_minv_and_rnea_by_handle(ro
     names = {x.name for x in mine.scratch_regions}
     assert {"bias", "zero", "Minv"} <= names
     assert {x.name for x in rnea.scratch_regions} | {x.name for x in minv.scratch_regions} <= names
+
+
+@pytest.mark.parametrize("robot", ["iiwa14", "g1"])
+def test_forward_dynamics_by_aba_calls_aba_by_handle(robot):
+    """With ABA (forced here; the tuning file bakes it for these robots on the H200) the
+    orchestrator still loads XImats once and calls aba's inner and per-state step through their
+    handles."""
+    r = load(robot)
+    by_aba = {"forward_dynamics": {"method": "aba"}}
+    text = generate(r, ["forward_dynamics"], algorithm_options=by_aba)
+    assert _function(text, "forward_dynamics_device").count("load_update_XImats<T>(") == 1
+    composer = Composer(r, GenerateOptions(algorithm_options=by_aba))
+    mine, aba = composer.layers("forward_dynamics"), composer.layers("aba")
+    inner_fn = next(x for x in mine.emit() if isinstance(x, n.Function) and x.signature is mine.inner)
+    assert [c.callee for c in inner_fn.body if isinstance(c, Call)] == [aba.inner]
+    state_fn = next(x for x in mine.emit() if isinstance(x, n.Function) and x.signature is mine.state)
+    assert [c.callee for c in state_fn.body if isinstance(c, Call)] == [aba.state]
+    assert len(re.findall(r"\n__device__ [^\n]*\baba_inner\(", text)) == 1
