@@ -226,8 +226,12 @@ class Layers:
                 self.staged_kernel = Signature(
                     f"{self.name}_per_state_staged_kernel",
                     [*k_out, *k_in, *self._param_params(), Param("const int", "num_timesteps")],
-                    "__global__", template=[T, *use],
-                    attributes=f"__launch_bounds__({self.pfx}_PER_STATE_THREADS, {self.pfx}_PER_STATE_MIN_BLOCKS)")
+                    "__global__", template=[T, *use, TemplateParam("bool", "PACKED")],
+                    # the occupancy bound only where one was measured better: an explicit minimum of 1
+                    # block changes ptxas's register heuristics (iiwa14's staged RNEA: 80 -> 112 registers)
+                    attributes=(f"__launch_bounds__({self.pfx}_PER_STATE_THREADS, {self.pfx}_PER_STATE_MIN_BLOCKS)"
+                                if self.emitter.min_blocks(self.ctx) > 1 else
+                                f"__launch_bounds__({self.pfx}_PER_STATE_THREADS)"))
         cfg = [Param("const int", "num_timesteps"), Param("LaunchConfig", "cfg"), Param("T *", "d_workspace"),
                Param("size_t", "workspace_bytes"), Param("cudaStream_t", "stream")]
         self.launch_strided = Signature(f"{self.name}_launch_strided", [*k_out, *k_in, *self._param_params(), *cfg],
@@ -505,10 +509,12 @@ class Layers:
             n.Comment("every thread issues all its loads before any store to shared memory, so they are in"),
             n.Comment("flight together (one bus round trip, not one per value, when the inputs are host memory)"),
             *([n.Stmt(f"T {regs}")] if regs else []),
-            n.Comment("value i of the block's share: state base + i / size, entry i % size (strided rows)"),
+            n.Comment("value i of the block's share: state base + i / size, entry i % size (PACKED: rows of"),
+            n.Comment("exactly size values, so the address is base * size + i)"),
             *[x for p in self.smem_inputs
-              for x in self._share_of(f"r_{p.name}[j] = d_{p.name}[size_t(base + i / {_size(p)}) * stride_{p.name} + "
-                                      f"i % {_size(p)}]", _size(p), p.name)],
+              for x in self._share_of(f"r_{p.name}[j] = d_{p.name}[PACKED ? size_t(base) * {_size(p)} + i : "
+                                      f"size_t(base + i / {_size(p)}) * stride_{p.name} + i % {_size(p)}]",
+                                      _size(p), p.name)],
             *[x for p in self.smem_inputs
               for x in self._share_of(f"s_{p.name}[{_staged_index(p, 'i')}] = r_{p.name}[j]", _size(p), p.name)],
             n.Stmt("__syncthreads()"),
@@ -600,8 +606,18 @@ class Layers:
             branch: list = []
             if self.emitter.staged:
                 sargs = {p.name: p.name for p in self.staged_kernel.params}
-                staged = [n.If(cond or "true", [Launch(self.staged_kernel.call(sargs, {"T": "T", **t}),
-                                                       "blocks", "threads", "smem")]) for cond, t in self._combos()]
+                packed = " && ".join(f"(!use_{p.name} || stride_{p.name} == {_size(p)})" if p.name in self.nullable
+                                     else f"stride_{p.name} == {_size(p)}" for p in self.smem_inputs) or "true"
+
+                def staged_launch(t: dict, is_packed: str) -> Launch:
+                    return Launch(self.staged_kernel.call(sargs, {"T": "T", **t, "PACKED": is_packed}),
+                                  "blocks", "threads", "smem")
+
+                staged = [n.Comment("packed rows: the loads' addresses are affine in the unrolled index (fewer "
+                                    "registers than strided rows need)"),
+                          n.Stmt(f"const bool packed = {packed}"),
+                          *[n.If(cond or "true", [n.If("packed", [staged_launch(t, "true")], [staged_launch(t, "false")])])
+                            for cond, t in self._combos()]]
                 stage = "cfg.stage_io" if not self.emitter.stage_by_default else \
                     f"(cfg.stage_io || {pfx}_STAGE_BY_DEFAULT)"
                 branch.append(n.If(
