@@ -107,7 +107,6 @@ class _Slots:
             self.size += width(key)
 
 
-
 HOT = ("v", "pA", "IA", "a")
 """Read and written across a sweep (children read v and a, every child adds into IA and pA)."""
 COLD = ("c", "U", "Dinv", "u", "qr")

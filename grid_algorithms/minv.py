@@ -191,13 +191,14 @@ class MinvSteps:
         Ia = scope.let_all(ss.sym6_sub_outer(IA, U, Dinv, scope, self.S[body.index]), "Ia")
         return ss.sym6_to_parent(self.X(scope, body), Ia, scope)
 
-    def backward(self, scope: Scope, body: Body, Dinv, F, own: int | None) -> list:
+    def backward(self, scope: Scope, body: Body, Dinv, F, own: int | None, S=None) -> list:
         """Rows ``ii`` of one column of the backward pass, ``Dinv (e - S^T F)``: ``own`` the
-        joint's own column (``F`` zero there), else a descendant's (``e`` zero)."""
+        joint's own column (``F`` zero there), else a descendant's (``e`` zero).  ``S``: the
+        joint's subspace in ``F``'s frame (default its own, in the body frame)."""
         w = len(Dinv)
         if own is not None:
             return [Dinv[a][own] for a in range(w)]
-        rhs = [scope.let(dot(s, F), "StF") for s in self.S[body.index]]
+        rhs = [scope.let(dot(s, F), "StF") for s in (self.S[body.index] if S is None else S)]
         return scope.let_all([sum_terms([(-1.0, Dinv[a][c], rhs[c]) for c in range(w)]) for a in range(w)], "m")
 
     def transfer(self, scope: Scope, body: Body, U, minv, F) -> list:
@@ -573,12 +574,7 @@ class MinvEmitter(Emitter):
             while True:
                 _, Dinv = ud[a.index]
                 w = len(Dinv)
-                if own is not None:
-                    m = [Dinv[k][own] for k in range(w)]
-                else:
-                    StF = [scope.let(dot(s, F), "StF") for s in SW[a.index]]
-                    m = scope.let_all([sum_terms([(-1.0, Dinv[k][c], StF[c]) for c in range(w)])
-                                       for k in range(w)], "m")
+                m = steps.backward(scope, a, Dinv, F, own, SW.get(a.index))
                 back[a.index] = m
                 if a.parent < 0:
                     break
