@@ -212,8 +212,6 @@ def adapter(robot, algorithm: str) -> str:
     gather, outs = ["(void)hd; (void)n; (void)in;"], ["(void)hd; (void)k; return nullptr;"]
     copy_n = 0
     if host is not None:
-        from grid_core.emit.layers import MAPPED_MAX_WORK
-
         targs = ", ".join(["T"] + ["true"] * (len(host.template) - 1))
         params = "".join(", g::Gravity<T>()" for _ in L.params)
         host_call = f"g::{algorithm}<{targs}>(hd, model{params}, n, b, t, streams);"
@@ -229,8 +227,7 @@ def adapter(robot, algorithm: str) -> str:
         fields = L.emitter.grid_data_names()
         outs = [f"if (k == {k}) return hd->h_{fields.get(p.name, p.name)};" for k, p in enumerate(L.outputs)]
         outs.append("return nullptr;")
-        per = sum(math.prod(p.shape) for p in L.states if p.name != "f_ext")
-        copy_n = MAPPED_MAX_WORK // (per * per) + 1  # the first batch the host layer copies
+        copy_n = L.first_copied_batch()
     staged = f"g::{pfx}_STAGED_THREADS<T>()" if L.emitter.staged else "0"
     return "\n".join([
         f"// adapter of benchmarks/src/bench.cu to {algorithm} (written by benchmarks/gpu_check.py)",

@@ -685,6 +685,16 @@ class Layers:
             Param("const dim3", "block_dimms"), Param("const dim3", "thread_dimms"), Param("cudaStream_t *", "streams")],
             "__host__", template=template)
 
+    def host_values_per_state(self) -> int:
+        """The state input values per state the gridData wrapper's mapped-memory rule counts."""
+        return sum(_size(p) for p in self.states if p.name != "f_ext")
+
+    def first_copied_batch(self) -> int:
+        """The smallest batch the gridData wrapper moves through the copy engine (below it, mapped
+        memory), by :data:`MAPPED_MAX_WORK`."""
+        per = self.host_values_per_state()
+        return MAPPED_MAX_WORK // (per * per) + 1
+
     def _host_fn(self) -> n.Function | None:
         """``X(hd_data, ...)``: the gridData wrapper (see :meth:`_host_parts`)."""
         if self.host is None:
@@ -694,7 +704,7 @@ class Layers:
         fields = self.emitter.grid_data_names()
         sig = self.host
         use_third = third_flag or "true"
-        per_state = sum(_size(p) for p in self.states if p.name != "f_ext")
+        per_state = self.host_values_per_state()
         body: list = [
             n.Comment("inputs: [q | qd] (+ the third apart) when compressed, else [q | qd | third]"),
             n.Stmt("constexpr int stride = USE_COMPRESSED_MEM ? NUM_POS + NUM_VEL : NUM_POS + 2 * NUM_VEL"),

@@ -15,7 +15,6 @@ import pytest
 from conftest import load
 from grid_core import Reference, buildcache
 from grid_core.composer import Composer, GenerateOptions, generate
-from grid_core.emit.layers import MAPPED_MAX_WORK
 from grid_core.runtime.backend import emulation_command
 from grid_core.testing import assert_close, random_state
 from tests.generated import emitted
@@ -37,7 +36,6 @@ def _wrapper(robot, algorithms: list[str]) -> tuple[str, dict]:
         names = [p.name for p in L.states if p.name != "f_ext"]
         (out,) = L.outputs
         field = L.emitter.grid_data_names().get(out.name, out.name)
-        per = sum(math.prod(p.shape) for p in L.states if p.name != "f_ext")
         targs = ", ".join(["double"] + ["true"] * (len(host.template) - 1))
         params = "".join(", grid::Gravity<double>()" for _ in L.params)
         size = math.prod(out.shape)
@@ -57,7 +55,7 @@ def _wrapper(robot, algorithms: list[str]) -> tuple[str, dict]:
             "}",
             "",
         ]
-        info[alg] = (names, out.shape, MAPPED_MAX_WORK // (per * per) + 1)
+        info[alg] = (names, out.shape, L.first_copied_batch())
     return "\n".join(lines), info
 
 
