@@ -317,8 +317,14 @@ def phase_build(state: dict) -> None:
     example = ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu"
     jobs.append(lambda: _nvcc(["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"],
                               d / "fused", [d / "grid.cuh", example], "the fused example"))
+    # the RobotHandle libraries the gpu tests load (same content hash there): tests.generated, one
+    # library per robot and rung holding every emitted algorithm (GRID_CHECK_TEST_LIBS=1 with the
+    # quick variants: a short run's tests phase otherwise compiles them one after another)
+    emitted = sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
+    tests = [lambda robot=grid_core.load_robot(name), opts=opts: build_gpu_library(
+        robot, emitted, arch=ARCH, quiet=True, **opts) for name in ROBOTS for opts in ({}, {"target_shared_mem_bytes": 0})]
     if os.environ.get("GRID_CHECK_VARIANTS") in ("base", "occ"):
-        _in_parallel(jobs)
+        _in_parallel((tests if os.environ.get("GRID_CHECK_TEST_LIBS") == "1" else []) + jobs)
         state["build"] = f"ok ({os.environ['GRID_CHECK_VARIANTS']} variants)"
         return
     # the raw C++ launch as a library, for the runtime phase's same-process comparison
@@ -331,14 +337,7 @@ def phase_build(state: dict) -> None:
         jobs.append(lambda lib=lib, header=header: _nvcc(
             ["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", header, raw_src, "-o", lib], lib,
             [header, raw_src], str(lib)))
-    # the RobotHandle libraries the gpu tests load (same content hash there): tests.generated, one
-    # library per robot and rung holding every emitted algorithm
-    emitted = sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
-    for name in ROBOTS:
-        robot = grid_core.load_robot(name)
-        for opts in ({}, {"target_shared_mem_bytes": 0}):
-            jobs.append(lambda robot=robot, opts=opts: build_gpu_library(robot, emitted, arch=ARCH, quiet=True, **opts))
-    _in_parallel(jobs)
+    _in_parallel(tests + jobs)  # the long poles first
     state["build"] = "ok"
 
 
