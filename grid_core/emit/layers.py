@@ -499,8 +499,8 @@ class Layers:
 
     def _store_share(self, p) -> list:
         """This thread's share of the block's ``count * size`` values of output ``p``, from shared
-        memory to global: value ``i = threadIdx.x + j * blockDim.x``, in chunks of
-        :data:`STORE_CHUNK` whose shared loads are all issued before any of their stores (the
+        memory to global: value ``i = threadIdx.x + j * blockDim.x``, in chunks (``grid_store_chunk``,
+        prelude.cuh: 64 bytes a thread) whose shared loads are all issued before any of their stores (the
         compiler does not move a shared load above a global store), so a chunk costs one
         shared-memory latency, not one per value.  A thread stores as many values as its state
         has outputs (144 for hyq's CRBA, one after another in a plain loop before).  Each warp's
@@ -509,14 +509,14 @@ class Layers:
         101 -> 131 us, CRBA at 4096 1.8 -> 3.5 us over the empty kernel; its stores cover part
         lines at every row's ends.)"""
         size = _size(p)
-        chunk = min(size, STORE_CHUNK)
+        chunk = "grid_store_chunk<T>()"
 
         def each(stmt: str) -> list:
             return [n.Raw("#pragma unroll"),
                     n.For("int u = 0", f"u < {chunk}", "++u", [
                         n.Stmt("const int i = threadIdx.x + (j0 + u) * blockDim.x"),
                         n.If(f"i < count * {size}", [n.Stmt(stmt)])])]
-        return [n.Raw("#pragma unroll 1") if size > chunk else None,
+        return [n.Raw("#pragma unroll 1"),
                 n.For("int j0 = 0", f"j0 < {size}", f"j0 += {chunk}", [
                     n.Stmt(f"T r_out[{chunk}]"),
                     *each(f"r_out[u] = s_{p.name}[{_staged_index(p, 'i')}]"),
@@ -791,10 +791,6 @@ class Layers:
                + (f"\n{third_flag}: read the {third} input (else zero)." if third_flag else "")
                + "\nBlock-layout batches run with the given block and thread dims.")
         return n.Function(sig, body, doc=doc)
-
-
-# values per chunk of the staged kernel's output stores (Layers._store_share)
-STORE_CHUNK = 16
 
 
 def _staged_stride(p) -> int:

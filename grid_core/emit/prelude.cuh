@@ -303,6 +303,11 @@ template <typename T> __host__ __device__ __forceinline__ void grid_sincos(T x, 
 #endif
 }
 
+// Values a thread moves per chunk of a staged kernel's output stores (grid_core.emit.layers): all
+// of a chunk's shared-memory loads are in flight together; 64 bytes keep a double chunk's registers
+// (values and addresses) within what the per-state code itself needs.
+template <typename T> __host__ __device__ constexpr int grid_store_chunk() { return 64 / int(sizeof(T)); }
+
 template <typename T> __host__ __device__ __forceinline__ T grid_sqrt(T x) {
 #if defined(__CUDA_ARCH__)
     return sqrt(x);
