@@ -16,6 +16,7 @@ of the number of mimic joints (see :mod:`grid_algorithms._mimic`).
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
@@ -481,8 +482,25 @@ class _Block:
         ]
 
 
+@attrs.frozen
+class MinvOptions(sweeps.SweepOptions):
+    """Minv's options: the block layout's sweep form, and the frame of the per-state columns."""
+
+    per_state_frame: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "root", "body")))
+    """The per-state layout's column passes: ``root`` (U and S of every body carried into its
+    tree's root frame once, then no transform per body and column: fewer operations, a longer
+    chain before the first column), ``body`` (each column transformed body to body), or ``auto``
+    (the measured choice for the robot, else root)."""
+
+
+def frame_of(ctx) -> str:
+    """The per-state column frame of an emit context: the option, else the measured one, else root."""
+    frame = getattr(ctx.algorithm_options, "per_state_frame", "auto")
+    return frame if frame != "auto" else ctx.tuning.get("per_state_frame", "root")
+
+
 class MinvEmitter(Emitter):
-    Options = sweeps.SweepOptions
+    Options = MinvOptions
     staged = True
     # nv^2 outputs per state, as crba: scattered per-thread stores do not coalesce; staged through
     # shared memory (where a block of them fits 48 KB) they do
@@ -549,22 +567,24 @@ class MinvEmitter(Emitter):
                 acc[p] = sc.let_all(ss.sym6_add(acc[p], steps.passed_on(sc, body, IA, U, Dinv)), "acc")
 
         sweeps.depth_first(robot, scope, visit, complete)
-        # the columns in the frame of their tree's root (Pinocchio's world frame): U and S of
-        # every body carried there once, so a column's force F goes up (F += U m) and its
-        # acceleration P down (P += S m) with no transform per body and column
-        scope.comment("U and S of every body in its tree's root frame")
-        frames = ss.root_frames(robot, xi, scope)
+        root = frame_of(layers.ctx) == "root"
         UW, SW = {}, {}
-        for body in robot.bodies:
-            b = body.index
-            U, _ = ud[b]
-            if body.parent < 0:
-                UW[b], SW[b] = U, steps.S[b]
-                continue
-            E, r = frames[b]
-            UW[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U]
-            if not cols.leaf[b]:
-                SW[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
+        if root:
+            # the columns in the frame of their tree's root (Pinocchio's world frame): U and S of
+            # every body carried there once, so a column's force F goes up (F += U m) and its
+            # acceleration P down (P += S m) with no transform per body and column
+            scope.comment("U and S of every body in its tree's root frame")
+            frames = ss.root_frames(robot, xi, scope)
+            for body in robot.bodies:
+                b = body.index
+                U, _ = ud[b]
+                if body.parent < 0:
+                    UW[b], SW[b] = U, steps.S[b]
+                    continue
+                E, r = frames[b]
+                UW[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U]
+                if not cols.leaf[b]:
+                    SW[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
         owner = {j: b.index for b in robot.bodies for j in range(cols.columns(b.index)[0], cols.columns(b.index)[1])}
         final: dict = {}
         for j in range(nr):
@@ -578,9 +598,12 @@ class MinvEmitter(Emitter):
                 back[a.index] = m
                 if a.parent < 0:
                     break
-                UWa = UW[a.index]
-                F = scope.let_all([sum_terms([*([(F[k],)] if F is not None else []),
-                                              *[(UWa[c][k], m[c]) for c in range(w)]]) for k in range(6)], "F")
+                if root:
+                    UWa = UW[a.index]
+                    F = scope.let_all([sum_terms([*([(F[k],)] if F is not None else []),
+                                                  *[(UWa[c][k], m[c]) for c in range(w)]]) for k in range(6)], "F")
+                else:
+                    F = steps.transfer(scope, a, ud[a.index][0], m, F)
                 a, own = robot.bodies[a.parent], None
             P: dict = {}
             for body in robot.bodies:
@@ -588,15 +611,18 @@ class MinvEmitter(Emitter):
                 i0, d0, _, tend = cols.columns(b)
                 if not i0 <= j < tend:
                     continue
-                _, Dinv = ud[b]
+                U, Dinv = ud[b]
                 w = len(Dinv)
-                minv = list(back[b]) if b in back else [0.0] * w
-                Pp = P[p] if p >= 0 else [0.0] * 6
-                if p >= 0:
-                    UtP = [scope.let(dot(u, Pp), "UtP") for u in UW[b]]
-                    minv = [sum_terms([(minv[k],), *[(-1.0, Dinv[k][c], UtP[c]) for c in range(w)]])
-                            for k in range(w)]
-                minv = scope.let_all(minv, "m")
+                if root:
+                    minv = list(back[b]) if b in back else [0.0] * w
+                    Pp = P[p] if p >= 0 else [0.0] * 6
+                    if p >= 0:
+                        UtP = [scope.let(dot(u, Pp), "UtP") for u in UW[b]]
+                        minv = [sum_terms([(minv[k],), *[(-1.0, Dinv[k][c], UtP[c]) for c in range(w)]])
+                                for k in range(w)]
+                    minv = scope.let_all(minv, "m")
+                else:
+                    minv, Pb = steps.forward(scope, body, U, Dinv, P[p] if p >= 0 else None, back.get(b))
                 for r in range(d0 - i0):
                     if i0 + r <= j:
                         final[(i0 + r, j)] = minv[r]
@@ -605,9 +631,12 @@ class MinvEmitter(Emitter):
                             if i0 + r != j:
                                 scope.assign(f"Minv[{j * nv + i0 + r}]", minv[r])
                 if j >= d0 and not cols.leaf[b]:
-                    Sb = SW[b]
-                    P[b] = scope.let_all([sum_terms([(Pp[k],), *[(Sb[c][k], minv[c]) for c in range(w)]])
-                                          for k in range(6)], "P")
+                    if root:
+                        Sb = SW[b]
+                        P[b] = scope.let_all([sum_terms([(Pp[k],), *[(Sb[c][k], minv[c]) for c in range(w)]])
+                                              for k in range(6)], "P")
+                    else:
+                        P[b] = scope.let_all(Pb, "P")
         if not cols.mimic:
             for r in range(nv):  # entries between separate trees
                 for c in range(r + 1, nv):
@@ -710,7 +739,8 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
               "the relaxed tree, then the Schur complement of the constraints (grid_core.emit.dense: "
               "Cholesky of K). H200, float32, kernel us against upstream GRiD's rebuilt on the same H200: iiwa14 "
               "N=256 8.7 (per-state) vs 12.7, N=16384 9.1 vs 176; hyq N=256 11.5 (block) vs 11.6, N=16384 "
-              "14.0 vs 171; atlas N=256 37.5 (block) vs 25.1, N=16384 340 (per-state) vs 841: on wide "
+              "10.3 vs 171 (14.0 before the staged stores went in chunks of loads, then stores); atlas "
+              "N=256 37.5 (block) vs 25.1, N=16384 324 (per-state) vs 841: on wide "
               "robots the block layout is behind upstream's at small N. ncu: the block layout's warps "
               "wait at barriers 65% of their cycles (a level's long finalizing, straight-line code run "
               "once, carries the critical path); the per-state kernel at N=1 stalls on instruction fetch "
