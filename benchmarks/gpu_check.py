@@ -140,21 +140,63 @@ def _occ_variants() -> list:
             for r in OCC_ROBOTS for occ in OCCUPANCIES]
 
 
+# the frames of Minv's per-state column passes, each forced, for the A/B that picks one per robot
+FRAMES = ("root", "body")
+FRAME_ALGORITHMS = ("minv", "forward_dynamics")  # forward dynamics by Minv runs Minv's per-state code
+
+
+QUICK_MODES = ("base", "occ", "frame", "stage")
+
+
+def _frame_variants() -> list:
+    if "minv" not in ALGORITHMS:
+        return []
+    return [(f"{r}-{f}frame", r, {"algorithm_options": {"minv": {"per_state_frame": f}}}) for r in ROBOTS for f in FRAMES]
+
+
+# the per-state layout staged through shared memory or plain, each forced, for the A/B that sets
+# from which batch an algorithm that stages by default does (its per_state_stage_min_n)
+STAGE_FORMS = {"staged": 1, "plain": 1 << 30}
+
+
+def _stage_algorithms() -> list:
+    import grid_core
+
+    return [a for a in ALGORITHMS if getattr(grid_core.registry().algorithm(a).emitter, "stage_by_default", False)]
+
+
+def _stage_variants() -> list:
+    algs = _stage_algorithms()
+    return [(f"{r}-{form}", r, {"algorithm_options": {a: {"per_state_stage_min_n": v} for a in algs}})
+            for r in ROBOTS for form, v in STAGE_FORMS.items()] if algs else []
+
+
+def _ab_algorithms(label: str) -> list | None:
+    """The algorithms an A/B variant is built and timed for (None: not one, every algorithm)."""
+    if label.endswith("frame"):
+        return [a for a in FRAME_ALGORITHMS if a in ALGORITHMS]
+    if label.rsplit("-", 1)[-1] in STAGE_FORMS:
+        return _stage_algorithms()
+    return None
+
+
 def variants():
     """(label, robot, generate options): normal, forced deepest spill, per-body sweeps, per-state
-    occupancy.  GRID_CHECK_VARIANTS=base: the default builds only; =occ: those and the occupancy
-    ones (a quick A/B)."""
+    occupancy, Minv's per-state column frames, staged or plain per-state kernels.
+    GRID_CHECK_VARIANTS=base: the default builds only; =occ, =frame or =stage: those and the
+    occupancy, the frame or the staging ones (a quick A/B)."""
     out = []
     mode = os.environ.get("GRID_CHECK_VARIANTS")
-    if mode in ("base", "occ"):
-        out = [(r, r, {}) for r in ROBOTS] + (_occ_variants() if mode == "occ" else [])
+    if mode in QUICK_MODES:
+        out = [(r, r, {}) for r in ROBOTS] + (_occ_variants() if mode == "occ" else []) + \
+            (_frame_variants() if mode == "frame" else []) + (_stage_variants() if mode == "stage" else [])
         return [(label, r, _with_base(o)) for label, r, o in out]
     bodies = {a: {"p1": "bodies"} for a in ALGORITHMS if _has_option(a, "p1")}
     for r in ROBOTS:
         out.append((r, r, {}))
         out.append((f"{r}-spill", r, {"target_shared_mem_bytes": 0}))
         out.append((f"{r}-bodies", r, {"algorithm_options": bodies}))
-    out += _occ_variants()
+    out += _occ_variants() + _frame_variants() + _stage_variants()
     return [(label, r, _with_base(o)) for label, r, o in out]
 
 
@@ -302,6 +344,8 @@ def phase_build(state: dict) -> None:
         if not hpath.exists() or hpath.read_text() != text:
             hpath.write_text(text)
         for alg in ALGORITHMS:
+            if _ab_algorithms(label) is not None and alg not in _ab_algorithms(label):
+                continue
             jobs.append(lambda d=d, h=hpath, a=alg, r=robot, lb=label: _bench(d, h, a, r, lb))
     # the previous generator's inverse dynamics (headers carried in BUILD/<robot>-prev), timed in the
     # same run: the layer generator must leave the kernel table unchanged within noise
@@ -323,7 +367,7 @@ def phase_build(state: dict) -> None:
     emitted = sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
     tests = [lambda robot=grid_core.load_robot(name), opts=opts: build_gpu_library(
         robot, emitted, arch=ARCH, quiet=True, **opts) for name in ROBOTS for opts in ({}, {"target_shared_mem_bytes": 0})]
-    if os.environ.get("GRID_CHECK_VARIANTS") in ("base", "occ"):
+    if os.environ.get("GRID_CHECK_VARIANTS") in QUICK_MODES:
         _in_parallel((tests if os.environ.get("GRID_CHECK_TEST_LIBS") == "1" else []) + jobs)
         state["build"] = f"ok ({os.environ['GRID_CHECK_VARIANTS']} variants)"
         return
@@ -418,6 +462,19 @@ def phase_time(state: dict, repeats: int) -> None:
                 for alg in ALGORITHMS:
                     rows += [x for x in _time(f"{r}-occ{occ}", alg, repeats, (4096, 16384, 262144, 1048576))
                              if x["layout"] == "per_state"]
+    # Minv's per-state column frames A/B (and forward dynamics by Minv, which runs that code)
+    for r in ROBOTS:
+        for f in FRAMES:
+            if f"{r}-{f}frame" in built:
+                for alg in FRAME_ALGORITHMS:
+                    if alg in ALGORITHMS:
+                        rows += [x for x in _time(f"{r}-{f}frame", alg, repeats, SIZES) if x["layout"] == "per_state"]
+    # staged or plain per-state kernels A/B (the algorithms that stage by default)
+    for r in ROBOTS:
+        for form in STAGE_FORMS:
+            if f"{r}-{form}" in built:
+                for alg in _stage_algorithms():
+                    rows += [x for x in _time(f"{r}-{form}", alg, repeats, SIZES) if x["layout"] == "per_state"]
     state["time"] = rows
 
 
@@ -765,6 +822,10 @@ def phase_tune(state: dict) -> None:
                          gpu=state.get("gpu", ""))
             if alg == "forward_dynamics":
                 _pick_method(entry, rows, r)
+            if alg == "minv":
+                _pick_frame(entry, rows, r, on_file.get(r, {}))
+            if alg in _stage_algorithms():
+                _pick_stage_min_n(entry, mine, r, on_file.get(r, {}))
             tuning["robots"][r] = entry
         state["tuning"][alg] = tuning
         path.write_text(json.dumps(tuning, indent=1) + "\n")
@@ -804,6 +865,37 @@ def _pick_method(entry: dict, rows: list, robot: str) -> None:
                             if x.get("algorithm") == "aba" and x["robot"] == robot})
         if cross is not None:
             entry["per_state_min_n"] = cross
+
+
+def _pick_stage_min_n(entry: dict, rows: list, robot: str, on_file: dict) -> None:
+    """From which batch the per-state layout stages through shared memory: the smallest N from
+    which the staged kernel (this run's forced builds) is never slower than the plain one by
+    more than 3% (noise); without the A/B the one on file stays."""
+    t = {form: {x["n"]: x["kernel_us"] for x in rows if x["robot"] == f"{robot}-{form}"} for form in STAGE_FORMS}
+    common = sorted(set(t["staged"]) & set(t["plain"]))
+    if not common:
+        entry.update({k: on_file[k] for k in ("per_state_stage_min_n", "stage_ab_us") if k in on_file})
+        return
+    entry["per_state_stage_min_n"] = next(
+        (n for n in common if all(t["staged"][m] <= 1.03 * t["plain"][m] for m in common if m >= n)), max(common) + 1)
+    entry["stage_ab_us"] = {str(n): {"staged": t["staged"][n], "plain": t["plain"][n]} for n in common}
+
+
+def _pick_frame(entry: dict, rows: list, robot: str, on_file: dict) -> None:
+    """Minv's per-state column frame: the one whose per-state kernel times (Minv's, this run's
+    forced-frame builds) have the smaller geometric mean over the batch sizes both were timed
+    at; root unless body is more than 3% faster (noise).  Without the A/B the one on file stays."""
+    import math
+
+    t = {f: {x["n"]: x["kernel_us"] for x in rows if x.get("algorithm") == "minv" and x["robot"] == f"{robot}-{f}frame"}
+         for f in FRAMES}
+    common = sorted(set(t["root"]) & set(t["body"]))
+    if not common:
+        entry.update({k: on_file[k] for k in ("per_state_frame", "frame_ab_geomean_us") if k in on_file})
+        return
+    gm = {f: math.exp(sum(math.log(t[f][n]) for n in common) / len(common)) for f in FRAMES}
+    entry["per_state_frame"] = "body" if gm["body"] < 0.97 * gm["root"] else "root"
+    entry["frame_ab_geomean_us"] = {f: round(v, 3) for f, v in gm.items()}
 
 
 def phase_peers(state: dict) -> None:

@@ -263,7 +263,9 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
                 "separate branches are stored, never computed"),
         notes="two layouts: block-cooperative (the inline rung) and per-state (one thread per state, "
               "the composite inertias and column walks depth-first in registers); the launcher picks by "
-              "CRBA_PER_STATE_MIN_N; a staged per-state variant for mapped host memory",
+              "CRBA_PER_STATE_MIN_N; the per-state layout staged through shared memory by default (nv^2 "
+              "outputs: coalesced stores, in chunks whose shared loads all go before their stores; hyq at "
+              "1M states 244 -> 190 us, 1.25x the memory floor)",
     )
     emitter = CrbaEmitter
 

@@ -53,6 +53,11 @@ class LayerOptions:
     """Minimum resident blocks per SM asked of the per-state kernel (its launch bounds): trades
     registers for occupancy.  0: the measured choice for the robot, else 1."""
 
+    per_state_stage_min_n: int = 0
+    """Batches from which the per-state layout of an algorithm that stages by default goes
+    through shared memory (below, the plain kernel: its loads and stores overlap the compute,
+    where staging serializes load, compute and store).  0: the measured choice, else 1."""
+
 
 @attrs.frozen
 class EmitContext:
@@ -128,6 +133,10 @@ class Emitter:
         except TypeError as exc:
             fields = ", ".join(f.name for f in attrs.fields(self.Options))
             raise PluginError(f"{self.algorithm.name}: bad algorithm option ({exc}); options: {fields}") from None
+
+    def stage_min_n(self, ctx: EmitContext) -> int:
+        given = getattr(ctx.algorithm_options, "per_state_stage_min_n", 0)
+        return int(given) if given else int(ctx.tuning.get("per_state_stage_min_n", 1))
 
     def min_blocks(self, ctx: EmitContext) -> int:
         given = getattr(ctx.algorithm_options, "per_state_min_blocks", 0)

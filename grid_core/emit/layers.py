@@ -320,7 +320,13 @@ class Layers:
                        n.Stmt(f"static constexpr bool {self.pfx}_STAGE_BY_DEFAULT = false"),
                        n.Raw("#else"),
                        n.Stmt(f"static constexpr bool {self.pfx}_STAGE_BY_DEFAULT = true"),
-                       n.Raw("#endif")] if em.stage_by_default else []),
+                       n.Raw("#endif"),
+                       n.Comment("... for batches of at least this many states (below, the plain kernel overlaps its\n"
+                                 "loads and stores with the compute; "
+                                 + ("measured on the GPU)." if "per_state_stage_min_n" in self.ctx.tuning
+                                    else "default, not yet measured).")),
+                       n.Stmt(f"static constexpr int {self.pfx}_STAGE_MIN_N = {em.stage_min_n(self.ctx)}")]
+                     if em.stage_by_default else []),
                     n.Function(
                         f"__host__ __device__ constexpr int {self.pfx}_STAGED_THREADS()",
                         [n.Stmt(f"constexpr int fit = int(48 * 1024 / ({self.pfx}_STAGED_ROW * sizeof(T))) / 32 * 32"),
@@ -642,7 +648,7 @@ class Layers:
                           *[n.If(cond or "true", [n.If("packed", [staged_launch(t, "true")], [staged_launch(t, "false")])])
                             for cond, t in self._combos()]]
                 stage = "cfg.stage_io" if not self.emitter.stage_by_default else \
-                    f"(cfg.stage_io || {pfx}_STAGE_BY_DEFAULT)"
+                    f"(cfg.stage_io || ({pfx}_STAGE_BY_DEFAULT && num_timesteps >= {pfx}_STAGE_MIN_N))"
                 branch.append(n.If(
                     f"{stage} && {pfx}_STAGED_THREADS<T>() > 0 && "
                     f"cfg.threads <= {pfx}_STAGED_THREADS<T>()", [
