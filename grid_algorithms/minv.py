@@ -735,7 +735,7 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
               "body's path and down its tree, so only one column's forces and accelerations are live: "
               "half the host compiler's time on g1 of the two passes in body order, whose values all "
               "lived across the pass boundary); the launcher picks by MINV_PER_STATE_MIN_N; staged "
-              "through shared memory by default (nv^2 outputs, as crba). Mimic robots: the recursion on "
+              "through shared memory from MINV_STAGE_MIN_N states (nv^2 outputs, as crba). Mimic robots: the recursion on "
               "the relaxed tree, then the Schur complement of the constraints (grid_core.emit.dense: "
               "Cholesky of K). H200, float32, kernel us against upstream GRiD's rebuilt on the same H200: iiwa14 "
               "N=256 8.7 (per-state) vs 12.7, N=16384 9.1 vs 176; hyq N=256 11.5 (block) vs 11.6, N=16384 "

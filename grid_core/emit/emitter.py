@@ -105,8 +105,9 @@ class Emitter:
     staged: bool = False
     """Whether the per-state layout also gets the variant staged through shared memory."""
     stage_by_default: bool = False
-    """Whether the per-state layout takes the staged variant whenever it fits (large outputs,
-    whose scattered stores would not coalesce); else only on the ``stage_io`` hint."""
+    """Whether the per-state layout takes the staged variant whenever it fits, from
+    ``per_state_stage_min_n`` states on (large outputs, whose scattered stores would not
+    coalesce); else only on the ``stage_io`` hint."""
     PER_STATE_THREADS = 128
     DEFAULT_PER_STATE_MIN_N = 1
 
