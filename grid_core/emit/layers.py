@@ -49,13 +49,20 @@ class ParamSpec:
     port: str
     ctype: str
     from_host: str
+    to_lanes: str
+    """The value for a per-state function on vector lanes ``V`` (every lane the same): ``{p}``
+    is the kernel's value, ``{V}`` the lanes type."""
 
     def convert(self, host_pointer: str) -> str:
         return self.from_host.format(h=host_pointer)
 
+    def lanes(self, value: str, lanes_type: str) -> str:
+        return self.to_lanes.format(p=value, V=lanes_type)
+
 
 GRAVITY = ParamSpec("gravity", "const Gravity<T>",
-                    "{h} == nullptr ? Gravity<T>() : Gravity<T>({h}[0], {h}[1], {h}[2])")
+                    "{h} == nullptr ? Gravity<T>() : Gravity<T>({h}[0], {h}[1], {h}[2])",
+                    "Gravity<{V}>({p}.x, {p}.y, {p}.z)")
 """Gravity in the world frame: 3 host values, or null for (0, 0, -9.81)."""
 
 PARAMS = {"gravity": GRAVITY}
@@ -314,13 +321,9 @@ class Layers:
                     n.Comment("48 KB a block gets without opting in (0: too big to stage; the plain kernel runs)."),
                     n.Stmt(f"static constexpr int {self.pfx}_STAGED_ROW = {row}"),
                     *([n.Comment("The per-state layout stages through shared memory unless told otherwise (its "
-                                 "outputs are\nlarge: staged, the stores coalesce); not in the CPU build, where "
-                                 "there is nothing to coalesce."),
-                       n.Raw("#ifdef GRID_HOST_CPU"),
-                       n.Stmt(f"static constexpr bool {self.pfx}_STAGE_BY_DEFAULT = false"),
-                       n.Raw("#else"),
+                                 "outputs are\nlarge: staged, the stores coalesce; the CPU build never stages, "
+                                 "there is nothing to coalesce)."),
                        n.Stmt(f"static constexpr bool {self.pfx}_STAGE_BY_DEFAULT = true"),
-                       n.Raw("#endif"),
                        n.Comment("... for batches of at least this many states (below, the plain kernel overlaps its\n"
                                  "loads and stores with the compute; "
                                  + ("measured on the GPU)." if "per_state_stage_min_n" in self.ctx.tuning
@@ -491,9 +494,44 @@ class Layers:
     def _per_state_kernel_fn(self) -> n.Function:
         call = self.state.call(self._state_args("k"), self._use_template())
         return n.Function(self.per_state_kernel, [
+            n.Raw("#ifdef GRID_HOST_CPU"), *self._lanes_loop(),
+            n.Raw("#else"),
             n.For("int k = blockIdx.x * blockDim.x + threadIdx.x", "k < num_timesteps",
-                  "k += gridDim.x * blockDim.x", [call])],
-            doc="Per-state layout: one thread per state, grid-stride over the batch.")
+                  "k += gridDim.x * blockDim.x", [call]),
+            n.Raw("#endif")],
+            doc="Per-state layout: one thread per state, grid-stride over the batch (in the CPU build,\n"
+                "one group of grid_state_lanes<T>() states per block, the states in vector lanes).")
+
+    def _lanes_loop(self) -> list:
+        """The CPU build's per-state loop: the per-state function on ``grid_lanes_of<T>``, a group
+        of states at once (one in each lane), gathered from and scattered to their rows."""
+        def rows(p) -> tuple[str, str]:  # (first row of the group, values between rows)
+            stride = str(_size(p)) if p.name in self.global_inputs else f"stride_{p.name}"
+            return f"&d_{p.name}[size_t(k) * {stride}]", stride
+
+        local = ", ".join(f"l_{p.name}[{_size(p)}]" for p in (*self.outputs, *self.states))
+        loads = []
+        for p in self.states:
+            first, stride = rows(p)
+            load = n.Stmt(f"grid_lanes_load(l_{p.name}, {first}, {stride}, {_size(p)}, count)")
+            loads.append(n.If(f"USE_{p.name.upper()}", [load], constexpr=True) if p.name in self.nullable else load)
+        args = {p.name: f"l_{p.name}" for p in self.outputs}
+        for p in self.states:
+            args[p.name] = f"USE_{p.name.upper()} ? l_{p.name} : nullptr" if p.name in self.nullable else f"l_{p.name}"
+        for p in self.params:
+            args[p.name] = PARAMS[p.name].lanes(p.name, "V")
+        stores = [n.Stmt(f"grid_lanes_store(&d_{p.name}[size_t(k) * {_size(p)}], {_size(p)}, l_{p.name}, "
+                         f"{_size(p)}, count)") for p in self.outputs]
+        return [
+            n.Comment("the CPU build: each instruction of the per-state code does the work of every lane's state\n"
+                      "(lane j: state k + j; a partial last group repeats state k in its spare lanes)"),
+            n.Stmt("using V = grid_lanes_of<T>"),
+            n.For("int k = blockIdx.x * V::LANES", "k < num_timesteps", "k += gridDim.x * V::LANES", [
+                n.Stmt("const int count = num_timesteps - k < V::LANES ? num_timesteps - k : V::LANES"),
+                n.Stmt(f"V {local}"),
+                *loads,
+                self.state.call(args, {**self._use_template(), "T": "V"}),
+                *stores])]
 
     def _share_of(self, stmt: str, size: int, name: str) -> list:
         """``stmt`` for this thread's share of a block's ``count * size`` values: value
@@ -649,6 +687,7 @@ class Layers:
                             for cond, t in self._combos()]]
                 stage = "cfg.stage_io" if not self.emitter.stage_by_default else \
                     f"(cfg.stage_io || ({pfx}_STAGE_BY_DEFAULT && num_timesteps >= {pfx}_STAGE_MIN_N))"
+                branch.append(n.Raw("#ifndef GRID_HOST_CPU"))  # the CPU build: nothing to coalesce
                 branch.append(n.If(
                     f"{stage} && {pfx}_STAGED_THREADS<T>() > 0 && "
                     f"cfg.threads <= {pfx}_STAGED_THREADS<T>()", [
@@ -658,11 +697,14 @@ class Layers:
                         n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
                         n.Stmt(f"const size_t smem = size_t(threads) * {pfx}_STAGED_ROW * sizeof(T)"),
                         *staged, n.Stmt("return cudaPeekAtLastError()")]))
+                branch.append(n.Raw("#endif"))
             body.append(n.If(f"{name}_resolve_layout(num_timesteps, cfg.layout) == LAYOUT_PER_STATE", [
                 *branch,
                 n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_THREADS"),
                 n.If(f"threads > {pfx}_PER_STATE_THREADS", [n.Stmt("return cudaErrorInvalidValue")]),
-                n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
+                n.Stmt("const int per_block = threads * grid_state_lanes<T>()",
+                       comment="states: one per thread, in its lanes on the CPU"),
+                n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + per_block - 1) / per_block"),
                 *per_state,
                 n.Stmt("return cudaPeekAtLastError()")]))
         else:

@@ -233,6 +233,96 @@ inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t s
     WorkerPool::instance().run(&Launch::part, const_cast<Launch *>(&l), l.parts);
 }
 } // namespace grid_emu
+
+// Several states in the lanes of one SIMD register, for the CPU build's per-state kernels: the
+// per-state code is straight-line arithmetic on T, front-end bound on the CPU (g1's Minv is some
+// 200 KB of machine code against a 32 KB instruction cache), so each instruction fetched does
+// the work of LANES states.  Lane-wise + - * / and the functions the per-state code calls
+// (grid_sqrt, grid_sincos); sin and cos lane by lane, as the scalar build computes them.
+template <typename S, int L> struct grid_lanes {
+    typedef S V __attribute__((vector_size(sizeof(S) * L)));
+    static constexpr int LANES = L;
+    V v;
+    grid_lanes() = default;
+    grid_lanes(S s) : v(V{} + s) {}  // every lane s
+    static grid_lanes of(V x) {
+        grid_lanes r;
+        r.v = x;
+        return r;
+    }
+    friend grid_lanes operator+(grid_lanes a, grid_lanes b) { return of(a.v + b.v); }
+    friend grid_lanes operator-(grid_lanes a, grid_lanes b) { return of(a.v - b.v); }
+    friend grid_lanes operator*(grid_lanes a, grid_lanes b) { return of(a.v * b.v); }
+    friend grid_lanes operator/(grid_lanes a, grid_lanes b) { return of(a.v / b.v); }
+    friend grid_lanes operator-(grid_lanes a) { return of(-a.v); }
+    friend grid_lanes operator+(grid_lanes a) { return a; }
+    grid_lanes &operator+=(grid_lanes b) { v += b.v; return *this; }
+    grid_lanes &operator-=(grid_lanes b) { v -= b.v; return *this; }
+    grid_lanes &operator*=(grid_lanes b) { v *= b.v; return *this; }
+    grid_lanes &operator/=(grid_lanes b) { v /= b.v; return *this; }
+};
+// The lanes of T in a 32-byte register (AVX2: 4 doubles, 8 floats).
+template <typename T> using grid_lanes_of = grid_lanes<T, int(32 / sizeof(T))>;
+
+// sin and cos of every lane at once: x = k pi/2 + r (Cody-Waite, pi/2 in two parts), |r| <= pi/4,
+// the Taylor series of sin r to r^15 and cos r to r^16 (truncation below 1e-16 there), then the
+// quadrant k mod 4 swaps and negates.  Within a few ulp of std::sin and std::cos; a group with an
+// angle beyond `limit` (where k pi/2 loses digits) takes them lane by lane.
+template <typename S, int L> inline void grid_host_sincos(grid_lanes<S, L> x, grid_lanes<S, L> *s, grid_lanes<S, L> *c) {
+    using V = typename grid_lanes<S, L>::V;
+    typedef typename std::conditional<sizeof(S) == 8, uint64_t, uint32_t>::type B;
+    typedef B U __attribute__((vector_size(sizeof(S) * L)));
+    constexpr bool wide = sizeof(S) == 8;
+    const S limit = wide ? S(1e5) : S(1e3);
+    bool far = false;
+    for (int j = 0; j < L; ++j) far |= !(std::fabs(x.v[j]) <= limit);
+    if (far) {
+        for (int j = 0; j < L; ++j) {
+            s->v[j] = std::sin(x.v[j]);
+            c->v[j] = std::cos(x.v[j]);
+        }
+        return;
+    }
+    const S magic = wide ? S(6755399441055744.0) : S(12582912.0f);  // 1.5 * 2^52, 1.5 * 2^23
+    const S pio2_hi = wide ? S(1.5707963267948966) : S(1.5707963705062866);
+    const S pio2_lo = wide ? S(6.123233995736766e-17) : S(-4.371138828673793e-08);
+    const V t = x.v * S(0.6366197723675814) + magic;  // k = nearest integer to x 2/pi, in t's low bits
+    const V k = t - magic;
+    const V r = (x.v - k * pio2_hi) - k * pio2_lo;
+    const V z = r * r;
+    const V sr = r + r * z * (S(-1.0 / 6) + z * (S(1.0 / 120) + z * (S(-1.0 / 5040) + z * (S(1.0 / 362880) +
+                 z * (S(-1.0 / 39916800) + z * (S(1.0 / 6227020800.0) + z * S(-1.0 / 1307674368000.0)))))));
+    const V cr = S(1) - S(0.5) * z + z * z * (S(1.0 / 24) + z * (S(-1.0 / 720) + z * (S(1.0 / 40320) +
+                 z * (S(-1.0 / 3628800) + z * (S(1.0 / 479001600) + z * (S(-1.0 / 87178291200.0) +
+                 z * S(1.0 / 20922789888000.0)))))));
+    const U q = (U)t;  // k mod 2^(mantissa bits), two's complement: k & 3 is the quadrant
+    const U swap = -(q & 1);
+    const U sb = (U)sr, cb = (U)cr;
+    constexpr int sign = 8 * sizeof(S) - 2;
+    s->v = (V)(((sb & ~swap) | (cb & swap)) ^ ((q & 2) << sign));
+    c->v = (V)(((cb & ~swap) | (sb & swap)) ^ (((q + 1) & 2) << sign));
+}
+template <typename S, int L> inline grid_lanes<S, L> grid_host_sqrt(grid_lanes<S, L> x) {
+    grid_lanes<S, L> r;
+    for (int j = 0; j < L; ++j) r.v[j] = std::sqrt(x.v[j]);
+    return r;
+}
+
+// dst[i], lane j = src[j * stride + i] for i < size: the lanes from `count` rows of src, the spare
+// lanes of a partial group from row 0 (a state the caller holds valid, whose results it drops).
+template <typename V, typename S> inline void grid_lanes_load(V *dst, const S *src, size_t stride, int size, int count) {
+    for (int j = 0; j < V::LANES; ++j) {
+        const S *row = src + size_t(j < count ? j : 0) * stride;
+        for (int i = 0; i < size; ++i) dst[i].v[j] = row[i];
+    }
+}
+// dst[j * stride + i] = src[i], lane j, for i < size and the first `count` lanes.
+template <typename V, typename S> inline void grid_lanes_store(S *dst, size_t stride, const V *src, int size, int count) {
+    for (int j = 0; j < count; ++j) {
+        S *row = dst + size_t(j) * stride;
+        for (int i = 0; i < size; ++i) row[i] = src[i].v[j];
+    }
+}
 #define GRID_ARENA_ASSERT(bytes) ((void)0)
 #define GRID_ASSERT(cond) ((void)0)
 #else
@@ -285,6 +375,22 @@ inline void gpu_assert(cudaError_t code, const char *file, int line) {
 }
 } // namespace grid_prelude
 
+// The host's sin and cos, square root (the CPU build adds them for grid_lanes).
+template <typename T> inline void grid_host_sincos(T x, T *s, T *c) {
+    *s = std::sin(x);
+    *c = std::cos(x);
+}
+template <typename T> inline T grid_host_sqrt(T x) { return std::sqrt(x); }
+
+// States per call of a per-state function: lanes of grid_lanes_of<T> in the CPU build, else one.
+template <typename T> __host__ __device__ constexpr int grid_state_lanes() {
+#ifdef GRID_HOST_CPU
+    return grid_lanes_of<T>::LANES;
+#else
+    return 1;
+#endif
+}
+
 // sin and cos of a joint angle.  float on the GPU: Cody-Waite reduction to [-pi, pi], then the
 // special-function unit (absolute error 2^-21.4 there, against float's 2^-24 rounding), a few
 // instructions instead of sincosf's reduction for any argument.  double: sincos.
@@ -298,8 +404,7 @@ template <typename T> __host__ __device__ __forceinline__ void grid_sincos(T x, 
         sincos(x, s, c);
     }
 #else
-    *s = std::sin(x);
-    *c = std::cos(x);
+    grid_host_sincos(x, s, c);
 #endif
 }
 
@@ -312,7 +417,7 @@ template <typename T> __host__ __device__ __forceinline__ T grid_sqrt(T x) {
 #if defined(__CUDA_ARCH__)
     return sqrt(x);
 #else
-    return std::sqrt(x);
+    return grid_host_sqrt(x);
 #endif
 }
 

@@ -2,8 +2,9 @@
 
 The same header and C ABI as the GPU library, built with ``GRID_HOST_CPU`` (host emulation
 without the arena asserts, grid_core/emit/prelude.cuh) at ``-O3 -march=native``: the per-state
-layout's straight-line code with the robot's constants folded, one state per block, the
-launch's blocks split over worker threads in contiguous ranges.  Its numpy entry
+layout's straight-line code with the robot's constants folded, run on a group of states at
+once, one in each lane of a SIMD register (``grid_lanes_of<T>``: 4 doubles or 8 floats), one
+group per block, the launch's blocks split over worker threads in contiguous ranges.  Its numpy entry
 (``grid_abi_X_f64_cpu``) checks the inputs finite and calls the ABI's device form in place:
 in host emulation a device pointer is a host pointer, so nothing is staged.
 """
@@ -153,7 +154,7 @@ class CpuHandle(AbiBackend):
 
     def __init__(self, robot, algorithms=None, dtype=np.float64, threads: int | None = None, *, quiet: bool = False,
                  **generate_options):
-        # one state per block: the workers take contiguous ranges of states
+        # one group of states per block: the workers take contiguous ranges of groups
         super().__init__(robot, algorithms, dtype, layout="per_state", threads=1)
         if threads is not None and (int(threads) != threads or threads < 1):
             raise ValueError(f"threads must be None (every core) or a positive integer, not {threads!r}")

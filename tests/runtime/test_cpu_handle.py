@@ -92,6 +92,17 @@ def test_threads_split_the_batch_and_change_no_bit(rng):
     assert_close(expected, Reference(robot).inverse_dynamics(**x), 1e-9)
 
 
+def test_far_joint_angles(rng):
+    """The CPU build's sin and cos of a group of states in vector lanes reduce the angles by
+    pi/2; a group holding an angle beyond that reduction's range (|q| > 1e5) takes them lane
+    by lane.  Far angles in some groups' lanes and not others: equal to the reference."""
+    robot = load("iiwa14")
+    x = state_inputs(grid_core.algorithms()["inverse_dynamics"], robot, rng)
+    x["q"][::3] += rng.choice([-1e6, 2e5, 4e7], size=x["q"][::3].shape)
+    x["q"][1, 2] = 99999.0  # within the reduction's range, at its edge
+    assert_close(cpu("iiwa14").inverse_dynamics(**x), Reference(robot).inverse_dynamics(**x), 1e-9)
+
+
 def test_calls_from_several_threads_at_once(rng):
     robot = load("hyq")
     handle = cpu("hyq", 2)
