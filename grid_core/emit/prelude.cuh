@@ -308,20 +308,47 @@ template <typename S, int L> inline grid_lanes<S, L> grid_host_sqrt(grid_lanes<S
     return r;
 }
 
+// The 4x4 transpose of rows a, b, c, d (lane j of the results: element j of each row).
+template <typename W> inline void grid_transpose4(W &a, W &b, W &c, W &d) {
+    const W ab0 = __builtin_shufflevector(a, b, 0, 4, 2, 6), ab1 = __builtin_shufflevector(a, b, 1, 5, 3, 7);
+    const W cd0 = __builtin_shufflevector(c, d, 0, 4, 2, 6), cd1 = __builtin_shufflevector(c, d, 1, 5, 3, 7);
+    a = __builtin_shufflevector(ab0, cd0, 0, 1, 4, 5);
+    b = __builtin_shufflevector(ab1, cd1, 0, 1, 4, 5);
+    c = __builtin_shufflevector(ab0, cd0, 2, 3, 6, 7);
+    d = __builtin_shufflevector(ab1, cd1, 2, 3, 6, 7);
+}
+
 // dst[i], lane j = src[j * stride + i] for i < size: the lanes from `count` rows of src, the spare
 // lanes of a partial group from row 0 (a state the caller holds valid, whose results it drops).
+// Four lanes: four values of every row at a time, transposed (4 loads, not 16).
 template <typename V, typename S> inline void grid_lanes_load(V *dst, const S *src, size_t stride, int size, int count) {
-    for (int j = 0; j < V::LANES; ++j) {
-        const S *row = src + size_t(j < count ? j : 0) * stride;
-        for (int i = 0; i < size; ++i) dst[i].v[j] = row[i];
+    const S *rows[V::LANES];
+    for (int j = 0; j < V::LANES; ++j) rows[j] = src + size_t(j < count ? j : 0) * stride;
+    int i = 0;
+    if constexpr (V::LANES == 4) {
+        for (; i + 4 <= size; i += 4) {
+            typename V::V w[4];
+            for (int j = 0; j < 4; ++j) std::memcpy(&w[j], rows[j] + i, sizeof(w[j]));
+            grid_transpose4(w[0], w[1], w[2], w[3]);
+            for (int j = 0; j < 4; ++j) dst[i + j].v = w[j];
+        }
     }
+    for (; i < size; ++i)
+        for (int j = 0; j < V::LANES; ++j) dst[i].v[j] = rows[j][i];
 }
-// dst[j * stride + i] = src[i], lane j, for i < size and the first `count` lanes.
+// dst[j * stride + i] = src[i], lane j, for i < size and the first `count` lanes (four lanes: by
+// transposes, as grid_lanes_load).
 template <typename V, typename S> inline void grid_lanes_store(S *dst, size_t stride, const V *src, int size, int count) {
-    for (int j = 0; j < count; ++j) {
-        S *row = dst + size_t(j) * stride;
-        for (int i = 0; i < size; ++i) row[i] = src[i].v[j];
+    int i = 0;
+    if constexpr (V::LANES == 4) {
+        for (; i + 4 <= size; i += 4) {
+            typename V::V w[4] = {src[i].v, src[i + 1].v, src[i + 2].v, src[i + 3].v};
+            grid_transpose4(w[0], w[1], w[2], w[3]);
+            for (int j = 0; j < count; ++j) std::memcpy(dst + size_t(j) * stride + i, &w[j], sizeof(w[j]));
+        }
     }
+    for (; i < size; ++i)
+        for (int j = 0; j < count; ++j) dst[size_t(j) * stride + i] = src[i].v[j];
 }
 #define GRID_ARENA_ASSERT(bytes) ((void)0)
 #define GRID_ASSERT(cond) ((void)0)
