@@ -93,10 +93,13 @@ template <typename F> inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribu
 #include <tuple>
 #include <unistd.h>
 namespace grid_emu {
-// Worker threads for the CPU build's launches.  A job is `parts` independent parts; the caller
-// and every worker awake claim parts from one counter, so the caller never waits for a worker
-// that is asleep.  Workers spin for SPIN after each job (calls in a loop find them awake),
-// then sleep.  Threads are started on demand and live as long as the process.
+// Worker threads for the CPU build's launches.  A job is `parts` independent parts on up to
+// `threads` threads; the caller and every worker awake claim parts from one counter, so the
+// caller never waits for a worker that is asleep, and works on while one wakes (a sleeping
+// worker takes ~0.1 ms to start here, up to 0.3: with as many parts as threads, the caller
+// would wait that long, or do the late worker's part too).  Workers spin for SPIN after each
+// job (calls in a loop, or calls a little apart, find them awake), then sleep.  Threads are
+// started on demand and live as long as the process.
 class WorkerPool {
   public:
     using Job = void (*)(void *context, size_t part);
@@ -106,23 +109,26 @@ class WorkerPool {
         return *pool;
     }
 
-    // Runs job(context, i) for every i in [0, parts) on up to `parts` threads; returns once all ran.
-    void run(Job job, void *context, size_t parts) {
+    // Runs job(context, i) for every i in [0, parts) on up to `threads` threads (the caller's
+    // among them); returns once all ran.
+    void run(Job job, void *context, size_t parts, size_t threads) {
         std::unique_lock<std::mutex> busy(run_lock_, std::try_to_lock);
         // another thread's job under way, or a forked child (it has no workers): serially here
-        if (parts <= 1 || !busy.owns_lock() || getpid() != pid_) {
+        if (parts <= 1 || threads <= 1 || !busy.owns_lock() || getpid() != pid_) {
             for (size_t i = 0; i < parts; ++i) job(context, i);
             return;
         }
         {
             std::lock_guard<std::mutex> guard(lock_);
-            while (started_ + 1 < parts) {
+            while (started_ + 1 < threads) {
                 std::thread([this] { serve(); }).detach();
                 ++started_;
             }
             job_ = job;
             context_ = context;
             parts_ = parts;
+            helpers_ = threads - 1;
+            taken_ = 0;
             next_.store(0);
             done_.store(0);
             generation_.fetch_add(1, std::memory_order_release);
@@ -138,7 +144,7 @@ class WorkerPool {
     }
 
   private:
-    static constexpr std::chrono::microseconds SPIN{200};
+    static constexpr std::chrono::microseconds SPIN{2000};
 
     WorkerPool() : pid_(getpid()) {}
 
@@ -171,7 +177,8 @@ class WorkerPool {
             std::unique_lock<std::mutex> guard(lock_);
             wake_.wait(guard, [&] { return generation_.load() != seen; });
             seen = generation_.load();
-            if (job_ == nullptr) continue;  // that job is already over
+            if (job_ == nullptr || taken_ == helpers_) continue;  // that job is over, or has its threads
+            ++taken_;
             const Job job = job_;
             void *const context = context_;
             const size_t parts = parts_;
@@ -185,11 +192,12 @@ class WorkerPool {
     const pid_t pid_;
     size_t started_ = 0;
     std::mutex run_lock_;  // one job at a time
-    std::mutex lock_;      // guards job_, context_, parts_, started_ and the start of a job
+    std::mutex lock_;      // guards job_, context_, parts_, helpers_, taken_, started_ and the start of a job
     std::condition_variable wake_;
     Job job_ = nullptr;
     void *context_ = nullptr;
     size_t parts_ = 0;
+    size_t helpers_ = 0, taken_ = 0;  // workers the job may take (threads but the caller's), and has
     std::atomic<uint64_t> generation_{0};
     std::atomic<size_t> next_{0}, done_{0};
     std::atomic<int> joined_{0};
@@ -199,8 +207,10 @@ class WorkerPool {
 inline thread_local int launch_workers = 1;
 inline thread_local std::vector<unsigned char> arena;  // this thread's shared memory
 
-// Runs a kernel launch on the host: the blocks in contiguous ranges, one per worker, each
-// block with one thread; a worker has its own blockIdx and shared-memory arena.
+// Runs a kernel launch on the host: the blocks in contiguous ranges, PARTS_PER_WORKER per worker
+// (claimed as the workers come), each block with one thread; a worker has its own blockIdx and
+// shared-memory arena.
+constexpr size_t PARTS_PER_WORKER = 8;
 template <typename... KArgs, typename... Args>
 inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t smem_size, Args... args) {
     struct Launch {
@@ -227,10 +237,12 @@ inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t s
             smem_bytes = 0;
         }
     };
-    size_t parts = launch_workers > 0 ? size_t(launch_workers) : size_t(std::thread::hardware_concurrency());
-    parts = parts < grid.x ? parts : grid.x;
-    const Launch l{kernel, grid, smem_size, parts > 0 ? parts : 1, std::tuple<Args...>(args...)};
-    WorkerPool::instance().run(&Launch::part, const_cast<Launch *>(&l), l.parts);
+    size_t threads = launch_workers > 0 ? size_t(launch_workers) : size_t(std::thread::hardware_concurrency());
+    threads = threads < grid.x ? threads : grid.x;
+    threads = threads > 0 ? threads : 1;
+    const size_t parts = threads == 1 ? 1 : threads * PARTS_PER_WORKER < grid.x ? threads * PARTS_PER_WORKER : grid.x;
+    const Launch l{kernel, grid, smem_size, parts, std::tuple<Args...>(args...)};
+    WorkerPool::instance().run(&Launch::part, const_cast<Launch *>(&l), l.parts, threads);
 }
 } // namespace grid_emu
 
