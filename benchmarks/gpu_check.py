@@ -27,6 +27,9 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Callable
+
+import attrs
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # grid_core from this tree, installed or not
@@ -140,64 +143,85 @@ def _occ_variants() -> list:
             for r in OCC_ROBOTS for occ in OCCUPANCIES]
 
 
-# the frames of Minv's per-state column passes, each forced, for the A/B that picks one per robot
-FRAMES = ("root", "body")
-FRAME_ALGORITHMS = ("minv", "forward_dynamics")  # forward dynamics by Minv runs Minv's per-state code
-
-
-QUICK_MODES = ("base", "occ", "frame", "stage")
-
-
-def _frame_variants() -> list:
-    if "minv" not in ALGORITHMS:
-        return []
-    return [(f"{r}-{f}frame", r, {"algorithm_options": {"minv": {"per_state_frame": f}}}) for r in ROBOTS for f in FRAMES]
-
-
-# the per-state layout staged through shared memory or plain, each forced, for the A/B that sets
-# from which batch an algorithm that stages by default does (its per_state_stage_min_n)
-STAGE_FORMS = {"staged": 1, "plain": 1 << 30}
-
-
 def _stage_algorithms() -> list:
     import grid_core
 
     return [a for a in ALGORITHMS if getattr(grid_core.registry().algorithm(a).emitter, "stage_by_default", False)]
 
 
-def _stage_variants() -> list:
-    algs = _stage_algorithms()
-    return [(f"{r}-{form}", r, {"algorithm_options": {a: {"per_state_stage_min_n": v} for a in algs}})
-            for r in ROBOTS for form, v in STAGE_FORMS.items()] if algs else []
+@attrs.frozen
+class AB:
+    """An A/B of one algorithm option: a build per form (label ``<robot>-<form>``) with the option
+    set to the form's value on ``applies``' algorithms, the per-state kernels of ``timed``'s timed
+    at every size.  The tune phase reads them (a pick per robot) or the summary only shows them."""
+
+    option: str
+    forms: dict
+    applies: Callable[[], list]
+    timed: Callable[[], list]
+
+    def variants(self) -> list:
+        algs = self.applies()
+        return [(f"{r}-{form}", r, {"algorithm_options": {a: {self.option: v} for a in algs}})
+                for r in ROBOTS for form, v in self.forms.items()] if algs else []
+
+
+def _minv() -> list:
+    return [a for a in ("minv",) if a in ALGORITHMS]
+
+
+AB_MODES = {
+    # Minv's per-state column frames (forward dynamics by Minv runs Minv's per-state code)
+    "frame": AB("per_state_frame", {"rootframe": "root", "bodyframe": "body"}, _minv,
+                lambda: [a for a in ("minv", "forward_dynamics") if a in ALGORITHMS]),
+    # staged through shared memory or plain, each forced: from which batch an algorithm that
+    # stages by default does (its per_state_stage_min_n)
+    "stage": AB("per_state_stage_min_n", {"staged": 1, "plain": 1 << 30}, _stage_algorithms, _stage_algorithms),
+    # a small batch spread over every SM or packed into full blocks (every algorithm)
+    "spread": AB("per_state_spread", {"spread": True, "packed": False}, lambda: ALGORITHMS, lambda: ALGORITHMS),
+}
+QUICK_MODES = ("base", "occ", *AB_MODES)
+
+
+def _ab_of(label: str) -> tuple[AB, str] | None:
+    """(its A/B, its form) of a variant's label, or None."""
+    form = label.rsplit("-", 1)[-1]
+    return next(((ab, form) for ab in AB_MODES.values() if form in ab.forms), None)
 
 
 def _ab_algorithms(label: str) -> list | None:
     """The algorithms an A/B variant is built and timed for (None: not one, every algorithm)."""
-    if label.endswith("frame"):
-        return [a for a in FRAME_ALGORITHMS if a in ALGORITHMS]
-    if label.rsplit("-", 1)[-1] in STAGE_FORMS:
-        return _stage_algorithms()
-    return None
+    of = _ab_of(label)
+    return of[0].timed() if of else None
 
 
 def variants():
     """(label, robot, generate options): normal, forced deepest spill, per-body sweeps, per-state
-    occupancy, Minv's per-state column frames, staged or plain per-state kernels.
-    GRID_CHECK_VARIANTS=base: the default builds only; =occ, =frame or =stage: those and the
-    occupancy, the frame or the staging ones (a quick A/B)."""
+    occupancy, and the A/Bs of AB_MODES (Minv's column frames, staged or plain, spread or packed).
+    GRID_CHECK_VARIANTS=base: the default builds only; =occ or an A/B's name (frame, stage,
+    spread; several joined by commas): those and the default builds (a quick A/B)."""
     out = []
-    mode = os.environ.get("GRID_CHECK_VARIANTS")
-    if mode in QUICK_MODES:
-        out = [(r, r, {}) for r in ROBOTS] + (_occ_variants() if mode == "occ" else []) + \
-            (_frame_variants() if mode == "frame" else []) + (_stage_variants() if mode == "stage" else [])
+    modes = _modes()
+    if _quick():
+        out = [(r, r, {}) for r in ROBOTS] + (_occ_variants() if "occ" in modes else [])
+        out += [v for m in modes if m in AB_MODES for v in AB_MODES[m].variants()]
         return [(label, r, _with_base(o)) for label, r, o in out]
     bodies = {a: {"p1": "bodies"} for a in ALGORITHMS if _has_option(a, "p1")}
     for r in ROBOTS:
         out.append((r, r, {}))
         out.append((f"{r}-spill", r, {"target_shared_mem_bytes": 0}))
         out.append((f"{r}-bodies", r, {"algorithm_options": bodies}))
-    out += _occ_variants() + _frame_variants() + _stage_variants()
+    out += _occ_variants() + [v for ab in AB_MODES.values() for v in ab.variants()]
     return [(label, r, _with_base(o)) for label, r, o in out]
+
+
+def _modes() -> list:
+    return [m for m in (os.environ.get("GRID_CHECK_VARIANTS") or "").split(",") if m]
+
+
+def _quick() -> bool:
+    """Whether GRID_CHECK_VARIANTS names quick modes only (no spill, per-body or runtime builds)."""
+    return bool(_modes()) and all(m in QUICK_MODES for m in _modes())
 
 
 def _build_key(cmd, inputs) -> str:
@@ -282,6 +306,7 @@ def adapter(robot, algorithm: str) -> str:
         f"static constexpr int NUM_OUT = {len(L.outputs)};",
         f"static constexpr size_t OUT_SIZE[] = {{{', '.join(str(math.prod(p.shape)) for p in L.outputs)}}};",
         f"static constexpr int PER_STATE_THREADS = g::{pfx}_PER_STATE_THREADS;",
+        f"static constexpr bool PER_STATE_SPREAD = g::{pfx}_PER_STATE_SPREAD;",
         "template <typename T> inline cudaError_t launch(T *const *out, T *const *in, int n, g::LaunchConfig cfg,",
         "                                                T *ws, size_t ws_bytes, cudaStream_t s) {",
         f"    return g::{algorithm}_launch<T>({', '.join(args)}, n, cfg, ws, ws_bytes, s);",
@@ -367,7 +392,7 @@ def phase_build(state: dict) -> None:
     emitted = sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
     tests = [lambda robot=grid_core.load_robot(name), opts=opts: build_gpu_library(
         robot, emitted, arch=ARCH, quiet=True, **opts) for name in ROBOTS for opts in ({}, {"target_shared_mem_bytes": 0})]
-    if os.environ.get("GRID_CHECK_VARIANTS") in QUICK_MODES:
+    if _quick():
         _in_parallel((tests if os.environ.get("GRID_CHECK_TEST_LIBS") == "1" else []) + jobs)
         state["build"] = f"ok ({os.environ['GRID_CHECK_VARIANTS']} variants)"
         return
@@ -462,19 +487,13 @@ def phase_time(state: dict, repeats: int) -> None:
                 for alg in ALGORITHMS:
                     rows += [x for x in _time(f"{r}-occ{occ}", alg, repeats, (4096, 16384, 262144, 1048576))
                              if x["layout"] == "per_state"]
-    # Minv's per-state column frames A/B (and forward dynamics by Minv, which runs that code)
+    # the A/Bs of AB_MODES: each form's per-state kernels at every size
     for r in ROBOTS:
-        for f in FRAMES:
-            if f"{r}-{f}frame" in built:
-                for alg in FRAME_ALGORITHMS:
-                    if alg in ALGORITHMS:
-                        rows += [x for x in _time(f"{r}-{f}frame", alg, repeats, SIZES) if x["layout"] == "per_state"]
-    # staged or plain per-state kernels A/B (the algorithms that stage by default)
-    for r in ROBOTS:
-        for form in STAGE_FORMS:
-            if f"{r}-{form}" in built:
-                for alg in _stage_algorithms():
-                    rows += [x for x in _time(f"{r}-{form}", alg, repeats, SIZES) if x["layout"] == "per_state"]
+        for ab in AB_MODES.values():
+            for form in ab.forms:
+                if f"{r}-{form}" in built:
+                    for alg in ab.timed():
+                        rows += [x for x in _time(f"{r}-{form}", alg, repeats, SIZES) if x["layout"] == "per_state"]
     state["time"] = rows
 
 
@@ -871,7 +890,7 @@ def _pick_stage_min_n(entry: dict, rows: list, robot: str, on_file: dict) -> Non
     """From which batch the per-state layout stages through shared memory: the smallest N from
     which the staged kernel (this run's forced builds) is never slower than the plain one by
     more than 3% (noise); without the A/B the one on file stays."""
-    t = {form: {x["n"]: x["kernel_us"] for x in rows if x["robot"] == f"{robot}-{form}"} for form in STAGE_FORMS}
+    t = {form: {x["n"]: x["kernel_us"] for x in rows if x["robot"] == f"{robot}-{form}"} for form in AB_MODES["stage"].forms}
     common = sorted(set(t["staged"]) & set(t["plain"]))
     if not common:
         entry.update({k: on_file[k] for k in ("per_state_stage_min_n", "stage_ab_us") if k in on_file})
@@ -888,12 +907,12 @@ def _pick_frame(entry: dict, rows: list, robot: str, on_file: dict) -> None:
     import math
 
     t = {f: {x["n"]: x["kernel_us"] for x in rows if x.get("algorithm") == "minv" and x["robot"] == f"{robot}-{f}frame"}
-         for f in FRAMES}
+         for f in AB_MODES["frame"].forms.values()}
     common = sorted(set(t["root"]) & set(t["body"]))
     if not common:
         entry.update({k: on_file[k] for k in ("per_state_frame", "frame_ab_geomean_us") if k in on_file})
         return
-    gm = {f: math.exp(sum(math.log(t[f][n]) for n in common) / len(common)) for f in FRAMES}
+    gm = {f: math.exp(sum(math.log(t[f][n]) for n in common) / len(common)) for f in t}
     entry["per_state_frame"] = "body" if gm["body"] < 0.97 * gm["root"] else "root"
     entry["frame_ab_geomean_us"] = {f: round(v, 3) for f, v in gm.items()}
 

@@ -212,6 +212,31 @@ def runtime_support(max_perf_threads: int) -> list:
             ]),
             n.Stmt("return cap"),
         ]),
+        n.Comment("The device's SM count, queried once (at least 1)."),
+        n.Function("inline int grid_get_multiprocessor_count()", [
+            n.Raw("static const int sms = [] {\n"
+                  "    int device = 0, count = 0;\n"
+                  "    cudaGetDevice(&device);\n"
+                  "    return cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess "
+                  "&& count > 0 ? count : 1;\n"
+                  "}();"),
+            n.Stmt("return sms"),
+        ]),
+        n.Comment("Threads per block of a per-state launch of n states (a state a thread), at most max_threads:\n"
+                  "ceil(n / SMs), a multiple of 32 from 32 on.  A batch too small to fill a block on every SM is\n"
+                  "spread over all of them, so each SM issues and stores for ceil(n / SMs) states instead of a few\n"
+                  "SMs for max_threads states each (the scattered stores of a state's outputs queue per SM).  The\n"
+                  "host builds have no SMs: max_threads."),
+        n.Function("inline int grid_spread_threads(int n, int max_threads)", [
+            n.Raw("#ifdef GRID_HOST_EMULATION"),
+            n.Stmt("return max_threads"),
+            n.Raw("#else"),
+            n.Stmt("const int sms = grid_get_multiprocessor_count()"),
+            n.Stmt("int t = (n + sms - 1) / sms"),
+            n.If("t > 32", [n.Stmt("t = (t + 31) / 32 * 32")]),
+            n.Stmt("return t < 1 ? 1 : (t < max_threads ? t : max_threads)"),
+            n.Raw("#endif"),
+        ]),
     ]
 
 

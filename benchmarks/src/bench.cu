@@ -76,7 +76,10 @@ static cudaError_t launch(Buffers &b, g::LaunchConfig cfg, cudaStream_t s, bool 
 
 static void grid_of(const Buffers &b, g::LaunchConfig cfg, int &blocks, int &threads) {
     if (ad::resolve_layout(b.n, cfg.layout) == g::LAYOUT_PER_STATE) {
-        threads = cfg.threads > 0 ? cfg.threads : ad::PER_STATE_THREADS;
+        // the plain per-state kernel's grid, as its launcher picks it (the staged one's blocks are
+        // at most as wide)
+        threads = cfg.threads > 0 ? cfg.threads : ad::PER_STATE_SPREAD ?
+            g::grid_spread_threads(b.n, ad::PER_STATE_THREADS) : ad::PER_STATE_THREADS;
         blocks = (b.n + threads - 1) / threads;
     } else {
         threads = cfg.threads > 0 ? cfg.threads : g::MAX_PERF_LEVEL_THREADS;

@@ -58,6 +58,11 @@ class LayerOptions:
     through shared memory (below, the plain kernel: its loads and stores overlap the compute,
     where staging serializes load, compute and store).  0: the measured choice, else 1."""
 
+    per_state_spread: bool = True
+    """Whether a per-state launch spreads a batch too small to fill a block on every SM over all
+    of them (blocks of ``ceil(N / SMs)`` states, down to one: each SM then issues and stores for
+    that many states) or packs it into full blocks on a few SMs (kept for the A/B)."""
+
 
 @attrs.frozen
 class EmitContext:

@@ -309,6 +309,10 @@ class Layers:
                 n.Comment(f"Batches of at least this many states use the per-state layout ({source})."),
                 n.Stmt(f"static constexpr int {self.pfx}_PER_STATE_MIN_N = {min_n}"),
                 n.Stmt(f"static constexpr int {self.pfx}_PER_STATE_THREADS = {em.PER_STATE_THREADS}"),
+                n.Comment("Whether a small batch's per-state launch spreads over every SM (grid_spread_threads) "
+                          "or fills\nfull blocks of the kernel's block size on a few."),
+                n.Stmt(f"static constexpr bool {self.pfx}_PER_STATE_SPREAD = "
+                       f"{'true' if getattr(self.ctx.algorithm_options, 'per_state_spread', True) else 'false'}"),
                 n.Comment("Blocks per SM the per-state kernel's registers must allow (occupancy vs registers)."),
                 n.Stmt(f"static constexpr int {self.pfx}_PER_STATE_MIN_BLOCKS = {em.min_blocks(self.ctx)}"),
             ]
@@ -693,14 +697,16 @@ class Layers:
                     f"cfg.threads <= {pfx}_STAGED_THREADS<T>()", [
                         n.Comment("a hint: a robot too big to stage, or a block size over the staged one, runs "
                                   "the plain kernel"),
-                        n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_STAGED_THREADS<T>()"),
+                        n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_SPREAD ? "
+                               f"grid_spread_threads(num_timesteps, {pfx}_STAGED_THREADS<T>()) : {pfx}_STAGED_THREADS<T>()"),
                         n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
                         n.Stmt(f"const size_t smem = size_t(threads) * {pfx}_STAGED_ROW * sizeof(T)"),
                         *staged, n.Stmt("return cudaPeekAtLastError()")]))
                 branch.append(n.Raw("#endif"))
             body.append(n.If(f"{name}_resolve_layout(num_timesteps, cfg.layout) == LAYOUT_PER_STATE", [
                 *branch,
-                n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_THREADS"),
+                n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_SPREAD ? "
+                       f"grid_spread_threads(num_timesteps, {pfx}_PER_STATE_THREADS) : {pfx}_PER_STATE_THREADS"),
                 n.If(f"threads > {pfx}_PER_STATE_THREADS", [n.Stmt("return cudaErrorInvalidValue")]),
                 n.Stmt("const int per_block = threads * grid_state_lanes<T>()",
                        comment="states: one per thread, in its lanes on the CPU"),
