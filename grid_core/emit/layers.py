@@ -537,78 +537,97 @@ class Layers:
                 self.state.call(args, {**self._use_template(), "T": "V"}),
                 *stores])]
 
-    def _share_of(self, stmt: str, size: int, name: str) -> list:
-        """``stmt`` for this thread's share of a block's ``count * size`` values: value
-        ``i = threadIdx.x + j * blockDim.x`` for every ``j`` below ``size``, unrolled."""
-        loop = [n.Raw("#pragma unroll"),
-                n.For("int j = 0", f"j < {size}", "++j", [n.Stmt("const int i = threadIdx.x + j * blockDim.x"),
-                                                          n.If(f"i < count * {size}", [n.Stmt(stmt)])])]
+    def _share_of(self, stmt: str, size: int, name: str, full: bool) -> list:
+        """``stmt`` for this lane's share of its warp's ``count * size`` values: value
+        ``i = lane + j * W`` for every ``j`` below ``size``, unrolled.  ``full``: a whole warp of
+        states, W = 32 (every value there: no predicate, the offsets constants); else W = ``width``,
+        the warp's threads, each value checked against ``count``."""
+        body = [n.Stmt(f"const int i = lane + j * {32 if full else 'width'}")]
+        body += [n.Stmt(stmt)] if full else [n.If(f"i < count * {size}", [n.Stmt(stmt)])]
+        loop = [n.Raw("#pragma unroll"), n.For("int j = 0", f"j < {size}", "++j", body)]
         return [n.If(f"USE_{name.upper()}", loop, constexpr=True)] if name in self.nullable else loop
 
-    def _store_share(self, p) -> list:
-        """This thread's share of the block's ``count * size`` values of output ``p``, from shared
-        memory to global: value ``i = threadIdx.x + j * blockDim.x``, in chunks (``grid_store_chunk``,
-        prelude.cuh: 64 bytes a thread) whose shared loads are all issued before any of their stores (the
-        compiler does not move a shared load above a global store), so a chunk costs one
-        shared-memory latency, not one per value.  A thread stores as many values as its state
-        has outputs (144 for hyq's CRBA, one after another in a plain loop before).  Each warp's
-        store is 32 consecutive values of the block's contiguous outputs, whole aligned lines.  (A
-        warp per state's row, with cheaper addresses, measured slower: iiwa14's Minv at 1M states
-        101 -> 131 us, CRBA at 4096 1.8 -> 3.5 us over the empty kernel; its stores cover part
-        lines at every row's ends.)"""
+    def _loads_of(self, full: bool) -> list:
+        """The warp's staged inputs, global to registers (all of a lane's loads before any of its
+        shared stores: one memory round trip), then registers to shared memory."""
+        return [*[x for p in self.smem_inputs
+                  for x in self._share_of(f"r_{p.name}[j] = d_{p.name}[PACKED ? size_t(base) * {_size(p)} + i : "
+                                          f"size_t(base + i / {_size(p)}) * stride_{p.name} + i % {_size(p)}]",
+                                          _size(p), p.name, full)],
+                *[x for p in self.smem_inputs
+                  for x in self._share_of(f"s_{p.name}[{_staged_index(p, 'i')}] = r_{p.name}[j]", _size(p), p.name,
+                                          full)]]
+
+    def _store_share(self, p, full: bool) -> list:
+        """This lane's share of its warp's ``count * size`` values of output ``p``, from shared
+        memory to global: value ``i = lane + j * W`` (W as in :meth:`_share_of`), in chunks
+        (``grid_store_chunk``, prelude.cuh: 64 bytes a lane) whose shared loads are all issued
+        before any of their stores (the compiler does not move a shared load above a global
+        store), so a chunk costs one shared-memory latency, not one per value.  Each store
+        instruction of a full warp is 32 consecutive values of the warp's contiguous outputs, whole
+        aligned lines.  (A warp per state's row, with cheaper addresses, measured slower: iiwa14's
+        Minv at 1M states 101 -> 131 us, CRBA at 4096 1.8 -> 3.5 us over the empty kernel; its
+        stores cover part lines at every row's ends.)"""
         size = _size(p)
         chunk = "grid_store_chunk<T>()"
 
-        def each(stmt: str) -> list:
-            return [n.Raw("#pragma unroll"),
-                    n.For("int u = 0", f"u < {chunk}", "++u", [
-                        n.Stmt("const int i = threadIdx.x + (j0 + u) * blockDim.x"),
-                        n.If(f"i < count * {size}", [n.Stmt(stmt)])])]
-        return [n.Raw("#pragma unroll 1"),
-                n.For("int j0 = 0", f"j0 < {size}", f"j0 += {chunk}", [
-                    n.Stmt(f"T r_out[{chunk}]"),
+        def chunk_of(first: str, values: str) -> list:
+            def each(stmt: str) -> list:
+                body = [n.Stmt(f"const int i = lane + ({first} + u) * {32 if full else 'width'}")]
+                body += [n.Stmt(stmt)] if full else [n.If(f"i < count * {size}", [n.Stmt(stmt)])]
+                return [n.Raw("#pragma unroll"), n.For("int u = 0", f"u < {values}", "++u", body)]
+            return [n.Stmt(f"T r_out[{chunk}]"),
                     *each(f"r_out[u] = s_{p.name}[{_staged_index(p, 'i')}]"),
-                    *each(f"d_{p.name}[size_t(base) * {size} + i] = r_out[u]")])]
+                    *each(f"d_{p.name}[size_t(base) * {size} + i] = r_out[u]")]
+        if not full:
+            return [n.Raw("#pragma unroll 1"),
+                    n.For("int j0 = 0", f"j0 < {size}", f"j0 += {chunk}", chunk_of("j0", chunk))]
+        return [n.Raw("#pragma unroll 1"),
+                n.For("int j0 = 0", f"j0 + {chunk} <= {size}", f"j0 += {chunk}", chunk_of("j0", chunk)),
+                n.Block("", [n.Comment(f"the last {size} % chunk values"),
+                         n.Stmt(f"constexpr int j1 = {size} / {chunk} * {chunk}"),
+                         *chunk_of("j1", f"{size} - j1")])]
 
     def _staged_kernel_fn(self) -> n.Function:
         staged = [*self.smem_inputs, *self.outputs]
-        carve, prev = [], "reinterpret_cast<T *>(smem)"
+        carve, prev = [], f"reinterpret_cast<T *>(smem) + 32 * warp * {self.pfx}_STAGED_ROW"
         for k, p in enumerate(staged):
             carve.append(n.Stmt(f"T *s_{p.name} = {prev}"))
-            prev = f"s_{p.name} + blockDim.x * {_staged_stride(p)}"
+            prev = f"s_{p.name} + width * {_staged_stride(p)}"
         regs = ", ".join(f"r_{p.name}[{_size(p)}]" for p in self.smem_inputs)
         stage = [
-            n.Stmt("const int count = num_timesteps - base < int(blockDim.x) ? num_timesteps - base : int(blockDim.x)"),
-            n.Comment("every thread issues all its loads before any store to shared memory, so they are in"),
-            n.Comment("flight together (one bus round trip, not one per value, when the inputs are host memory)"),
+            n.Stmt("const int count = num_timesteps - base < width ? num_timesteps - base : width"),
             *([n.Stmt(f"T {regs}")] if regs else []),
-            n.Comment("value i of the block's share: state base + i / size, entry i % size (PACKED: rows of"),
+            n.Comment("value i of the warp's share: state base + i / size, entry i % size (PACKED: rows of"),
             n.Comment("exactly size values, so the address is base * size + i)"),
-            *[x for p in self.smem_inputs
-              for x in self._share_of(f"r_{p.name}[j] = d_{p.name}[PACKED ? size_t(base) * {_size(p)} + i : "
-                                      f"size_t(base + i / {_size(p)}) * stride_{p.name} + i % {_size(p)}]",
-                                      _size(p), p.name)],
-            *[x for p in self.smem_inputs
-              for x in self._share_of(f"s_{p.name}[{_staged_index(p, 'i')}] = r_{p.name}[j]", _size(p), p.name)],
-            n.Stmt("__syncthreads()"),
-            n.If("int(threadIdx.x) < count", [
-                n.Stmt("const int t = threadIdx.x"),
+            n.If("count == 32", self._loads_of(True), self._loads_of(False)),
+            n.Stmt("__syncwarp(mask)"),
+            n.If("lane < count", [
+                n.Stmt("const int t = lane"),
                 self.state.call(self._state_args("base + t", staged=True), self._use_template())]),
-            n.Stmt("__syncthreads()"),
-            n.Comment("no sync after the store: the next round's loads write only the staged inputs, and its"),
-            n.Comment("compute (which writes the outputs) waits at a sync every thread reaches after this loop"),
-            *[x for p in self.outputs for x in self._store_share(p)],
+            n.Stmt("__syncwarp(mask)"),
+            n.Comment("no sync after the stores: the next round's compute (which writes the outputs) waits at"),
+            n.Comment("the sync after its loads, which every lane reaches only after this round's stores"),
+            n.If("count == 32", [x for p in self.outputs for x in self._store_share(p, True)],
+                 [x for p in self.outputs for x in self._store_share(p, False)]),
         ]
         return n.Function(self.staged_kernel, [
-            n.Stmt("GRID_DYNAMIC_SMEM(smem)"), *carve,
-            n.Comment("the loop bound is uniform over the block: every thread reaches every sync"),
-            n.For("int base = blockIdx.x * blockDim.x", "base < num_timesteps", "base += gridDim.x * blockDim.x",
-                  stage)], doc=(
-            "Per-state layout with the block's states staged through shared memory: the global stores\n"
-            "of the outputs are coalesced, and the loads of the staged inputs as far as their rows'\n"
-            "stride allows (contiguous when packed).  For arrays in mapped\n"
-            "host memory (LaunchConfig::stage_io), where each uncoalesced access crosses the bus;\n"
-            "inputs read in place stay in place."))
+            n.Stmt("GRID_DYNAMIC_SMEM(smem)"),
+            n.Stmt("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32"),
+            n.Stmt("const int width = int(blockDim.x) - 32 * warp < 32 ? int(blockDim.x) - 32 * warp : 32",
+                   comment="this warp's threads: its states a round"),
+            n.Stmt("const unsigned mask = width == 32 ? 0xffffffffu : (1u << width) - 1u"),
+            n.Comment("this warp's rows of the block's shared memory"),
+            *carve,
+            n.Comment("the loop bound is uniform over the warp: every lane reaches every sync"),
+            n.For("int base = blockIdx.x * blockDim.x + 32 * warp", "base < num_timesteps",
+                  "base += gridDim.x * blockDim.x", stage)], doc=(
+            "Per-state layout with each warp's states staged through shared memory (its own rows: the\n"
+            "warps sync each on its own, never the block): the global stores of the outputs are\n"
+            "coalesced, and the loads of the staged inputs as far as their rows' stride allows\n"
+            "(contiguous when packed).  A whole warp of states (count 32) takes constant strides and no\n"
+            "bounds checks; a partial one (the batch's end, a block under 32 threads, host emulation's\n"
+            "one thread) checks each value.  Inputs read in place stay in place."))
 
     # -- host layer ------------------------------------------------------------------
 

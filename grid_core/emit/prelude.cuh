@@ -49,6 +49,7 @@ using grid_emu::blockIdx;
 using grid_emu::gridDim;
 using grid_emu::threadIdx;
 inline void __syncthreads() {}
+inline void __syncwarp(unsigned = 0xffffffffu) {}
 template <typename T> inline T atomicAdd(T *address, T value) { T old = *address; *address += value; return old; }
 
 // The CUDA runtime subset the host layer uses, on host memory.
