@@ -555,8 +555,8 @@ class Layers:
                                           f"size_t(base + i / {_size(p)}) * stride_{p.name} + i % {_size(p)}]",
                                           _size(p), p.name, full)],
                 *[x for p in self.smem_inputs
-                  for x in self._share_of(f"s_{p.name}[{_staged_index(p, 'i')}] = r_{p.name}[j]", _size(p), p.name,
-                                          full)]]
+                  for x in self._share_of(f"s_{p.name}[{_warp_index(p, 'j') if full else _staged_index(p, 'i')}] = "
+                                          f"r_{p.name}[j]", _size(p), p.name, full)]]
 
     def _store_share(self, p, full: bool) -> list:
         """This lane's share of its warp's ``count * size`` values of output ``p``, from shared
@@ -577,12 +577,13 @@ class Layers:
                 body += [n.Stmt(stmt)] if full else [n.If(f"i < count * {size}", [n.Stmt(stmt)])]
                 return [n.Raw("#pragma unroll"), n.For("int u = 0", f"u < {values}", "++u", body)]
             return [n.Stmt(f"T r_out[{chunk}]"),
-                    *each(f"r_out[u] = s_{p.name}[{_staged_index(p, 'i')}]"),
+                    *each(f"r_out[u] = s_{p.name}[{_warp_index(p, f'({first} + u)') if full else _staged_index(p, 'i')}]"),
                     *each(f"d_{p.name}[size_t(base) * {size} + i] = r_out[u]")]
         if not full:
             return [n.Raw("#pragma unroll 1"),
                     n.For("int j0 = 0", f"j0 < {size}", f"j0 += {chunk}", chunk_of("j0", chunk))]
-        return [n.Raw("#pragma unroll 1"),
+        # unrolled where the lane's offset table gives every shared index as a register plus a constant
+        return [n.Raw("#pragma unroll" if _period(p) else "#pragma unroll 1"),
                 n.For("int j0 = 0", f"j0 + {chunk} <= {size}", f"j0 += {chunk}", chunk_of("j0", chunk)),
                 n.Block("", [n.Comment(f"the last {size} % chunk values"),
                          n.Stmt(f"constexpr int j1 = {size} / {chunk} * {chunk}"),
@@ -619,6 +620,7 @@ class Layers:
             n.Stmt("const unsigned mask = width == 32 ? 0xffffffffu : (1u << width) - 1u"),
             n.Comment("this warp's rows of the block's shared memory"),
             *carve,
+            *[x for p in staged if _period(p) for x in _offset_table(p)],
             n.Comment("the loop bound is uniform over the warp: every lane reaches every sync"),
             n.For("int base = blockIdx.x * blockDim.x + 32 * warp", "base < num_timesteps",
                   "base += gridDim.x * blockDim.x", stage)], doc=(
@@ -872,6 +874,38 @@ def _staged_stride(p) -> int:
     such as 144 = 16 * 9 puts 16 of 32 threads in one bank on every access)."""
     size = _size(p)
     return size if size % 2 else size + 1
+
+
+def _period(p) -> int | None:
+    """Of a staged array whose rows are padded: the values r < P of a whole warp's share (value
+    ``lane + 32 r``) after which the shared indices repeat, shifted (32 P values are whole states);
+    None where the rows are not padded (the index is the value's) or P is over 16 (the table's
+    registers would cost more than the division they save)."""
+    size = _size(p)
+    if size == _staged_stride(p):
+        return None
+    period = size // math.gcd(size, 32)
+    return period if period <= 16 else None
+
+
+def _offset_table(p) -> list:
+    period, size = _period(p), _size(p)
+    return [n.Comment(f"shared index of value lane + 32 r of {p.name}'s share of a whole warp, r < {period} (the one "
+                      f"{period} values further\nis {32 * period + 32 * period // size} further: "
+                      f"{32 * period // size} whole states, a pad each)"),
+            n.Stmt(f"int o_{p.name}[{period}]"),
+            n.Raw("#pragma unroll"),
+            n.For("int r = 0", f"r < {period}", "++r", [
+                n.Stmt(f"o_{p.name}[r] = {_staged_index(p, f'(lane + 32 * r)')}")])]
+
+
+def _warp_index(p, m: str) -> str:
+    """Shared index of value ``lane + 32 * m`` of a whole warp's share of ``p`` (``m`` a constant
+    once unrolled): by the lane's offset table where there is one."""
+    period = _period(p)
+    if period is None:
+        return _staged_index(p, "i")
+    return f"o_{p.name}[{m} % {period}] + {m} / {period} * {32 * period + 32 * period // _size(p)}"
 
 
 def _staged_index(p, i: str) -> str:
