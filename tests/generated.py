@@ -126,3 +126,18 @@ def launches(kind: str, name: str, spill: bool, dtype, algorithm: str) -> list:
     runs = [("block", t) for t in (0, 1, 2)] + [("per_state", 0)]
     return [(f"{layout} tier {tier}", getattr(b.with_launch(layout=layout, tier=tier), algorithm))
             for layout, tier in runs]
+
+
+def staged_batch(name: str, algorithm: str) -> tuple[int, np.ndarray]:
+    """``(N, states to check)`` of a batch past ``algorithm``'s measured staging threshold on
+    robot ``name`` (its tuning file's ``per_state_stage_min_n``): whole warps of 32 states, then a
+    partial one (37 states past a multiple of 32); the first 40 and the last 40 are checked."""
+    import json
+    from pathlib import Path
+
+    import grid_algorithms
+
+    tuning = json.loads((Path(grid_algorithms.__file__).parent / f"{algorithm}.tuning.json").read_text())
+    n = max(64, int(tuning["robots"].get(name, {}).get("per_state_stage_min_n", 1))) // 32 * 32 + 37
+    return n, np.r_[0:40, n - 40:n]
+

@@ -28,6 +28,7 @@ from tests.generated import (
     assert_solves,
     backend,
     backend_cases,
+    staged_batch,
     launches,
 )
 
@@ -87,3 +88,19 @@ def test_per_state_column_frames(name, frame, rng):
     b = Emulated(robot, ["minv"], np.float64, algorithm_options={"minv": {"per_state_frame": frame}})
     b.set_poison(True)
     assert_close(b.with_launch(layout="per_state").minv(q), expected, 1e-9, f"{name} {frame}")
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("name", ["iiwa14", "hyq"])
+def test_staged_batch(kind, name, rng):
+    """A batch from the measured staging threshold on: the per-state kernel staged through shared
+    memory, warp by warp (whole warps at constant strides, the batch's last one partial), in
+    both precisions."""
+    robot = load(name)
+    n, pick = staged_batch(name, "minv")
+    q = random_state(robot, rng, n)[0]
+    expected = Reference(robot).minv(q[pick])
+    for dtype in (np.float64, np.float32):
+        out = backend(kind, name, False, dtype).minv(q)
+        assert out.shape == (n, robot.nv, robot.nv)
+        assert_close(out[pick], expected, TOL[dtype], f"{name} {np.dtype(dtype).name} N={n}")
