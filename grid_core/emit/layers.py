@@ -718,8 +718,13 @@ class Layers:
                     f"cfg.threads <= {pfx}_STAGED_THREADS<T>()", [
                         n.Comment("a hint: a robot too big to stage, or a block size over the staged one, runs "
                                   "the plain kernel"),
-                        n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_SPREAD ? "
-                               f"grid_spread_threads(num_timesteps, {pfx}_STAGED_THREADS<T>()) : {pfx}_STAGED_THREADS<T>()"),
+                        n.Comment("spread over the SMs unless the arrays are in mapped host memory (stage_io): "
+                                  "there a warp's\nwhole lines, one bus transaction each, matter more than the SMs "
+                                  "(spread, a block of\n8 states at B = 1024 took Minv's host path on iiwa14 from "
+                                  "20.7 to 62 us)"),
+                        n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_SPREAD && "
+                               f"!cfg.stage_io ? grid_spread_threads(num_timesteps, {pfx}_STAGED_THREADS<T>()) : "
+                               f"{pfx}_STAGED_THREADS<T>()"),
                         n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
                         n.Stmt(f"const size_t smem = size_t(threads) * {pfx}_STAGED_ROW * sizeof(T)"),
                         *staged, n.Stmt("return cudaPeekAtLastError()")]))
