@@ -390,8 +390,9 @@ def phase_build(state: dict) -> None:
     # library per robot and rung holding every emitted algorithm (GRID_CHECK_TEST_LIBS=1 with the
     # quick variants: a short run's tests phase otherwise compiles them one after another)
     emitted = sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
-    tests = [lambda robot=grid_core.load_robot(name), opts=opts: build_gpu_library(
-        robot, emitted, arch=ARCH, quiet=True, **opts) for name in ROBOTS for opts in ({}, {"target_shared_mem_bytes": 0})]
+    tests = [lambda name=name, opts=opts: build_gpu_library(  # the robot loaded only if the job runs
+        grid_core.load_robot(name), emitted, arch=ARCH, quiet=True, **opts)
+        for name in ROBOTS for opts in ({}, {"target_shared_mem_bytes": 0})]
     if _quick():
         _in_parallel((tests if os.environ.get("GRID_CHECK_TEST_LIBS") == "1" else []) + jobs)
         state["build"] = f"ok ({os.environ['GRID_CHECK_VARIANTS']} variants)"
