@@ -878,8 +878,6 @@ def _pick_method(entry: dict, rows: list, robot: str) -> None:
     """Forward dynamics by Minv (tau - bias) or by ABA: the method whose auto-layout kernel times
     have the smaller geometric mean over the batch sizes both were timed at (this run's rows of
     forward_dynamics, built by Minv, and of aba).  With ABA the crossover is aba's own."""
-    import math
-
     def auto(alg):
         return {x["n"]: x[TUNE_METRIC] for x in rows if x.get("algorithm") == alg and x["robot"] == robot
                 and x["layout"] == "auto"}
@@ -917,8 +915,6 @@ def _pick_frame(entry: dict, rows: list, robot: str, on_file: dict) -> None:
     """Minv's per-state column frame: the one whose per-state kernel times (Minv's, this run's
     forced-frame builds) have the smaller geometric mean over the batch sizes both were timed
     at; root unless body is more than 3% faster (noise).  Without the A/B the one on file stays."""
-    import math
-
     t = {f: {x["n"]: x[TUNE_METRIC] for x in rows if x.get("algorithm") == "minv" and x["robot"] == f"{robot}-{f}frame"}
          for f in AB_MODES["frame"].forms.values()}
     common = sorted(set(t["root"]) & set(t["body"]))

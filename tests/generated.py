@@ -128,16 +128,26 @@ def launches(kind: str, name: str, spill: bool, dtype, algorithm: str) -> list:
             for layout, tier in runs]
 
 
-def staged_batch(name: str, algorithm: str) -> tuple[int, np.ndarray]:
-    """``(N, states to check)`` of a batch past ``algorithm``'s measured staging threshold on
-    robot ``name`` (its tuning file's ``per_state_stage_min_n``): whole warps of 32 states, then a
-    partial one (37 states past a multiple of 32); the first 40 and the last 40 are checked."""
+def check_staged_batch(kind: str, name: str, algorithm: str, rng) -> None:
+    """``algorithm``'s (an nv x nv output) generated code on a batch past its measured staging
+    threshold on robot ``name`` (its tuning file's ``per_state_stage_min_n``): the per-state kernel
+    staged through shared memory warp by warp, whole warps of 32 states, then a partial one (37
+    states past a multiple of 32).  The first 40 and the last 40 states equal the Reference, in
+    both precisions."""
     import json
     from pathlib import Path
 
     import grid_algorithms
+    from grid_core import Reference
+    from grid_core.testing import assert_close, random_state
 
     tuning = json.loads((Path(grid_algorithms.__file__).parent / f"{algorithm}.tuning.json").read_text())
     n = max(64, int(tuning["robots"].get(name, {}).get("per_state_stage_min_n", 1))) // 32 * 32 + 37
-    return n, np.r_[0:40, n - 40:n]
-
+    pick = np.r_[0:40, n - 40:n]
+    robot = load(name)
+    q = random_state(robot, rng, n)[0]
+    expected = getattr(Reference(robot), algorithm)(q[pick])
+    for dtype in (np.float64, np.float32):
+        out = getattr(backend(kind, name, False, dtype), algorithm)(q)
+        assert out.shape == (n, robot.nv, robot.nv)
+        assert_close(out[pick], expected, TOL[dtype], f"{name} {algorithm} {np.dtype(dtype).name} N={n}")

@@ -16,7 +16,7 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.generated import BACKENDS, TOL, backend, backend_cases, launches, staged_batch
+from tests.generated import BACKENDS, TOL, backend, backend_cases, check_staged_batch, launches
 
 N = 5
 CASES = backend_cases()
@@ -57,14 +57,5 @@ def test_large_batch_grid_stride(kind, rng):
 @pytest.mark.parametrize("kind", BACKENDS)
 @pytest.mark.parametrize("name", ["iiwa14", "hyq"])
 def test_staged_batch(kind, name, rng):
-    """A batch from the measured staging threshold on: the per-state kernel staged through shared
-    memory, warp by warp (whole warps at constant strides, the batch's last one partial), in
-    both precisions."""
-    robot = load(name)
-    n, pick = staged_batch(name, "crba")
-    q = random_state(robot, rng, n)[0]
-    expected = Reference(robot).crba(q[pick])
-    for dtype in (np.float64, np.float32):
-        out = backend(kind, name, False, dtype).crba(q)
-        assert out.shape == (n, robot.nv, robot.nv)
-        assert_close(out[pick], expected, TOL[dtype], f"{name} {np.dtype(dtype).name} N={n}")
+    """A batch from the measured staging threshold on (tests.generated.check_staged_batch)."""
+    check_staged_batch(kind, name, "crba", rng)

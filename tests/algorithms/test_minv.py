@@ -28,7 +28,7 @@ from tests.generated import (
     assert_solves,
     backend,
     backend_cases,
-    staged_batch,
+    check_staged_batch,
     launches,
 )
 
@@ -93,14 +93,5 @@ def test_per_state_column_frames(name, frame, rng):
 @pytest.mark.parametrize("kind", BACKENDS)
 @pytest.mark.parametrize("name", ["iiwa14", "hyq"])
 def test_staged_batch(kind, name, rng):
-    """A batch from the measured staging threshold on: the per-state kernel staged through shared
-    memory, warp by warp (whole warps at constant strides, the batch's last one partial), in
-    both precisions."""
-    robot = load(name)
-    n, pick = staged_batch(name, "minv")
-    q = random_state(robot, rng, n)[0]
-    expected = Reference(robot).minv(q[pick])
-    for dtype in (np.float64, np.float32):
-        out = backend(kind, name, False, dtype).minv(q)
-        assert out.shape == (n, robot.nv, robot.nv)
-        assert_close(out[pick], expected, TOL[dtype], f"{name} {np.dtype(dtype).name} N={n}")
+    """A batch from the measured staging threshold on (tests.generated.check_staged_batch)."""
+    check_staged_batch(kind, name, "minv", rng)
