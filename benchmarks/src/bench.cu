@@ -14,6 +14,8 @@
 // run (the launch floor).  "graph" replays a captured CUDA graph of one launch.
 // "resident" is host-timed around launch + synchronise (upstream's release method).
 // "io" is the host wrapper: pinned inputs copied in, kernel, outputs copied back.
+// "stream" (auto rows) is a kernel that only reads the batch's inputs and writes its outputs'
+// bytes, coalesced: the store floor, timed in the same run as the launch floor.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,6 +31,16 @@ using T = float;
 #include BENCH_ADAPTER
 
 __global__ void empty_kernel() {}
+
+// The bytes a batch moves, and nothing else: reads `in_values` values and writes `out_values`,
+// coalesced, grid-stride (the store floor beside the launch floor: what a kernel that only moves
+// the algorithm's inputs and outputs takes at this N).
+__global__ void stream_kernel(const T *__restrict__ in, size_t in_values, T *__restrict__ out, size_t out_values) {
+    const size_t stride = size_t(gridDim.x) * blockDim.x;
+    T acc = 0;
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < in_values; i += stride) acc += in[i];
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < out_values; i += stride) out[i] = acc + T(i);
+}
 
 #define CHECK(x) gpuErrchk(x)
 
@@ -56,6 +68,11 @@ struct Buffers {
         ws_bytes = size_t(g::MAX_WORKSPACE_BLOCKS) * ad::workspace_bytes_minimal() + 16;
         CHECK(cudaMalloc(&ws, ws_bytes));
     }
+    size_t in_values() const {  // the inputs timed (optional ones absent)
+        size_t v = 0;
+        for (int k = 0; k < ad::NUM_IN; ++k) v += ad::IN_OPTIONAL[k] ? 0 : size_t(n) * ad::IN_SIZE[k];
+        return v;
+    }
     size_t out_values() const {
         size_t v = 0;
         for (int k = 0; k < ad::NUM_OUT; ++k) v += size_t(n) * ad::OUT_SIZE[k];
@@ -79,7 +96,7 @@ static void grid_of(const Buffers &b, g::LaunchConfig cfg, int &blocks, int &thr
         // the plain per-state kernel's grid, as its launcher picks it (the staged one's blocks are
         // at most as wide)
         threads = cfg.threads > 0 ? cfg.threads : ad::PER_STATE_SPREAD ?
-            g::grid_spread_threads(b.n, ad::PER_STATE_THREADS) : ad::PER_STATE_THREADS;
+            ad::spread_threads(b.n, ad::PER_STATE_THREADS) : ad::PER_STATE_THREADS;
         blocks = (b.n + threads - 1) / threads;
     } else {
         threads = cfg.threads > 0 ? cfg.threads : g::MAX_PERF_LEVEL_THREADS;
@@ -134,6 +151,37 @@ static double time_graph(Buffers &b, g::LaunchConfig cfg, cudaStream_t s, int re
     return t;
 }
 
+static int sm_count() {
+    int device = 0, sms = 0;
+    CHECK(cudaGetDevice(&device));
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+}
+
+// The stream kernel on buffers of the batch's input and output sizes: kernel and graph times.
+static void time_stream(const Buffers &b, cudaStream_t s, int repeats, int warmup, double &kernel, double &graph) {
+    T *in, *out;
+    const size_t ni = b.in_values(), no = b.out_values();
+    CHECK(cudaMalloc(&in, std::max<size_t>(ni, 1) * sizeof(T)));
+    CHECK(cudaMalloc(&out, std::max<size_t>(no, 1) * sizeof(T)));
+    CHECK(cudaMemset(in, 0, std::max<size_t>(ni, 1) * sizeof(T)));
+    const size_t most = std::max(ni, no);
+    const int threads = 256, blocks = int(std::max<size_t>(1, std::min<size_t>((most + threads - 1) / threads,
+                                                                      size_t(16) * sm_count())));
+    kernel = time_events([&] { stream_kernel<<<blocks, threads, 0, s>>>(in, ni, out, no); }, repeats, warmup, s);
+    cudaGraph_t g_;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    stream_kernel<<<blocks, threads, 0, s>>>(in, ni, out, no);
+    CHECK(cudaStreamEndCapture(s, &g_));
+    CHECK(cudaGraphInstantiate(&exec, g_, 0));
+    graph = time_events([&] { CHECK(cudaGraphLaunch(exec, s)); }, repeats, warmup, s);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g_);
+    cudaFree(in);
+    cudaFree(out);
+}
+
 static bool stage_io = false;  // --stage-io 1: the launch hint LaunchConfig::stage_io on every timed launch
 
 static int run_time(const std::string &robot, const std::vector<int> &sizes, int repeats, int warmup,
@@ -158,7 +206,9 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             double graph_empty = time_graph(b, cfg, s, repeats, warmup, true);
             double resident = time_host([&] { CHECK(launch(b, cfg, s)); }, repeats, warmup, s);
             double io = -1, io_copy = -1, io_mapped = -1;  // the host layer: by size, forced copy, forced mapped
+            double stream = -1, graph_stream = -1;  // the stream kernel (the batch's bytes moved, nothing else)
             if (layout == g::LAYOUT_AUTO) {
+                time_stream(b, s, repeats, warmup, stream, graph_stream);
                 g::gridData<T> *hd = g::init_gridData<T>(n);
                 cudaStream_t *streams = g::init_grid_streams<T>();
                 std::mt19937 rng(7);
@@ -181,10 +231,10 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
                 "%s  {\"robot\": \"%s\", \"algorithm\": \"%s\", \"n\": %d, \"layout\": \"%s\", "
                 "\"resolved\": \"%s\", \"blocks\": %d, \"threads\": %d, \"kernel_us\": %.3f, \"empty_us\": %.3f, "
                 "\"graph_us\": %.3f, \"graph_empty_us\": %.3f, \"resident_us\": %.3f, \"io_us\": %.3f, "
-                "\"io_copy_us\": %.3f, \"io_mapped_us\": %.3f}",
+                "\"io_copy_us\": %.3f, \"io_mapped_us\": %.3f, \"stream_us\": %.3f, \"graph_stream_us\": %.3f}",
                 first ? "" : ",\n", robot.c_str(), ad::ALGO, n, lname,
                 resolved == g::LAYOUT_PER_STATE ? "per_state" : "block", blocks, threads, kernel, empty, graph,
-                graph_empty, resident, io, io_copy, io_mapped);
+                graph_empty, resident, io, io_copy, io_mapped, stream, graph_stream);
             first = false;
             std::fflush(out);
         }
