@@ -21,7 +21,8 @@ writes host memory over the bus: no copy-engine transfer to set up, which is mos
 small call's cost) and larger ones through the copy engine (one transfer each way):
 ``transfer`` 0 picks by size (:func:`mapped_by_default`), 1 forces the copy engine,
 2 mapped memory, 3 mapped memory with the launch hint ``stage_io`` (kernels that support it
-coalesce their accesses to host memory through shared memory).
+coalesce their accesses to host memory through shared memory).  Picked by size, mapped memory
+takes the hint for the algorithms whose outputs are large (``Layers.stages_mapped``: CRBA, Minv).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class AbiFunction:
     inputs: tuple[Port, ...]  # state inputs, in order
     params: tuple[Port, ...]
     launch: Signature  # X_launch's signature node: the entries call it through it
+    stages_mapped: bool = False  # transfer by size, mapped: staged (Layers.stages_mapped)
 
 
 def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:
@@ -70,7 +72,7 @@ def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:
     composer = Composer(robot, GenerateOptions())
     for alg in resolve_algorithms(algorithms):
         ins = alg.inputs(robot)
-        launch = composer.layers(alg.name).launch
+        layers = composer.layers(alg.name)
         for dt in DTYPES:
             out.append(
                 AbiFunction(
@@ -80,7 +82,8 @@ def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:
                     outputs=tuple(alg.outputs(robot)),
                     inputs=tuple(p for p in ins if p.kind == "state"),
                     params=tuple(p for p in ins if p.kind == "param"),
-                    launch=launch,
+                    launch=layers.launch,
+                    stages_mapped=layers.stages_mapped(),
                 )
             )
     return out
@@ -282,7 +285,8 @@ def _function_source(fn: AbiFunction, ns: str, robot: Robot | None = None) -> li
         "        if (poison_outputs) GRID_ABI_TRY(cudaMemsetAsync(d_out, 0xff, out_bytes, staging.stream));",
         "    }",
         *cfg,
-        "    cfg.stage_io = transfer == 3;  // coalesced accesses to host memory",
+        ("    cfg.stage_io = transfer == 3 || (transfer == 0 && mapped);  // coalesced accesses to host memory"
+         if fn.stages_mapped else "    cfg.stage_io = transfer == 3;  // coalesced accesses to host memory"),
         f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
         "    {",
         "        std::lock_guard<std::mutex> wguard(workspace_lock);",

@@ -340,7 +340,7 @@ def grid_data(robot: Robot, fields: list[GridDataField]) -> list:
         members.append(n.Stmt(f"T *d_{f.name} = nullptr"))
     members += [
         n.Stmt("bool use_f_ext = false", comment="read h_f_ext (and d_f_ext) when set"),
-        n.Stmt("int transfer = 0", comment="host layer: 0 by batch size, 1 copy engine, 2 mapped memory"),
+        n.Stmt("int transfer = 0", comment="host layer: 0 by batch size, 1 copy engine, 2 mapped memory, 3 mapped, staged"),
         n.Stmt("T *d_workspace = nullptr"),
         n.Stmt("size_t workspace_bytes = 0"),
         n.Stmt("int capacity = 0", comment="states the buffers hold"),

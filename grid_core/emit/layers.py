@@ -798,6 +798,14 @@ class Layers:
         per = self.host_values_per_state()
         return MAPPED_MAX_WORK // (per * per) + 1
 
+    def stages_mapped(self) -> bool:
+        """Whether the host forms' mapped memory takes the staged per-state kernel when the
+        transfer is picked by size: the algorithms that stage by default (large outputs).  The
+        plain kernel's stores of one state's row each reach the bus as partial lines (H200,
+        d2de5cd: iiwa14 Minv's host path at B = 1024 61.7 us mapped against 26.5 through the copy
+        engine); small outputs (inverse dynamics) stay plain, where staging measured slower."""
+        return self.emitter.staged and self.emitter.stage_by_default
+
     def _host_fn(self) -> n.Function | None:
         """``X(hd_data, ...)``: the gridData wrapper (see :meth:`_host_parts`)."""
         if self.host is None:
@@ -817,10 +825,15 @@ class Layers:
             n.Comment("unified addressing the kernel reads the inputs and writes the results in place over"),
             n.Comment("the bus (no copy-engine transfer to set up, most of a small call's cost); larger ones"),
             n.Comment("through the copy engine.  Either way one stream, one synchronisation."),
-            n.Stmt(f"const bool mapped = hd_data->transfer == 2 || (hd_data->transfer == 0 && "
+            n.Stmt(f"const bool mapped = hd_data->transfer >= 2 || (hd_data->transfer == 0 && "
                    f"size_t(num_timesteps) * {per_state * per_state}u <= {MAPPED_MAX_WORK}u)",
                    comment=f"by size: states x {per_state}^2 input values"),
             n.Stmt("LaunchConfig cfg"),
+            *([n.Comment("mapped by size: the staged kernel's coalesced accesses (its outputs are large: a state's row"),
+               n.Comment("a store at a time reaches the bus as partial lines)"),
+               n.Stmt("cfg.stage_io = hd_data->transfer == 3 || (hd_data->transfer == 0 && mapped)")]
+              if self.stages_mapped() else
+              [n.Stmt("cfg.stage_io = hd_data->transfer == 3", comment="mapped memory, staged: on request")]),
             n.If(f"{self.name}_resolve_layout(num_timesteps, LAYOUT_AUTO) == LAYOUT_BLOCK",
                  [n.Stmt("cfg.layout = LAYOUT_BLOCK"), n.Stmt("cfg.blocks = int(block_dimms.x)"),
                   n.Stmt("cfg.threads = int(thread_dimms.x * thread_dimms.y)")], [n.Stmt("cfg.layout = LAYOUT_PER_STATE")]),
