@@ -1018,8 +1018,9 @@ def targets(rows: list) -> list[str]:
                 x = auto.get((r, n))
                 if x:
                     ok = x["resident_us"] < res_ and 0 < x["io_us"] < host
-                    forced = (f" [copy engine {x['io_copy_us']:.1f}, mapped {x['io_mapped_us']:.1f}]"
-                              if "io_copy_us" in x else "")
+                    forced = (f" [copy engine {x['io_copy_us']:.1f}, mapped {x['io_mapped_us']:.1f}"
+                              + (f", mapped staged {x['io_mapped_staged_us']:.1f}" if "io_mapped_staged_us" in x else "")
+                              + "]" if "io_copy_us" in x else "")
                     out.append(f"  {r} B={n}: resident {x['resident_us']:.1f} vs {res_}, with copies "
                                f"{x['io_us']:.1f}{forced} vs {host} (upstream, RTX 5090)  {'yes' if ok else 'NO'}")
         # §C: upstream's kernels rebuilt on this H200; the forward-dynamics issue asks >= 10x
