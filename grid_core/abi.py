@@ -22,7 +22,8 @@ small call's cost) and larger ones through the copy engine (one transfer each wa
 ``transfer`` 0 picks by size (:func:`mapped_by_default`), 1 forces the copy engine,
 2 mapped memory, 3 mapped memory with the launch hint ``stage_io`` (kernels that support it
 coalesce their accesses to host memory through shared memory).  Picked by size, mapped memory
-takes the hint for the algorithms whose outputs are large (``Layers.stages_mapped``: CRBA, Minv).
+takes the hint for the algorithms whose outputs are large (``Layers.stages_mapped``: CRBA, Minv)
+from ``MAPPED_STAGE_MIN_N`` states on.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import attrs
 
 from .algorithm import Port
 from .composer import resolve_algorithms
-from .emit.layers import MAPPED_MAX_WORK  # the rule the generated gridData wrappers follow too
+from .emit.layers import MAPPED_MAX_WORK, MAPPED_STAGE_MIN_N  # the rules the gridData wrappers follow too
 from .emit.signature import Signature
 from .model import Robot
 from .model.robot import QUATERNION_TOLERANCE
@@ -285,7 +286,8 @@ def _function_source(fn: AbiFunction, ns: str, robot: Robot | None = None) -> li
         "        if (poison_outputs) GRID_ABI_TRY(cudaMemsetAsync(d_out, 0xff, out_bytes, staging.stream));",
         "    }",
         *cfg,
-        ("    cfg.stage_io = transfer == 3 || (transfer == 0 && mapped);  // coalesced accesses to host memory"
+        ("    cfg.stage_io = transfer == 3 || (transfer == 0 && mapped && n >= "
+         f"{MAPPED_STAGE_MIN_N});  // coalesced accesses to host memory"
          if fn.stages_mapped else "    cfg.stage_io = transfer == 3;  // coalesced accesses to host memory"),
         f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
         "    {",

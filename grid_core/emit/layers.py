@@ -78,6 +78,12 @@ XI_REGION = "XI"
 # its two transfers: so mapped memory for iiwa14 to ~9000 states, go2 to ~1300, g1 to ~350.
 MAPPED_MAX_WORK = 4_000_000
 
+# Mapped memory picked by size takes the staged per-state kernel (Layers.stages_mapped) from this
+# batch on.  H200, b3cf4ce, iiwa14 CRBA's host path plain / staged: B = 16 14.0 / 17.9 us (a block of
+# 16 states: staging adds its barrier-bound passes and saves little bus traffic), B = 256 27.7 /
+# 17.1, B = 1024 74.1 / 19.4 (Minv: 14.4 / 15.0, 28.9 / 15.4, 63.3 / 18.8); 64 lies between.
+MAPPED_STAGE_MIN_N = 64
+
 
 def xi_region(robot) -> ArenaRegion:
     from .spatial_steps import xi_size
@@ -803,7 +809,8 @@ class Layers:
         transfer is picked by size: the algorithms that stage by default (large outputs).  The
         plain kernel's stores of one state's row each reach the bus as partial lines (H200,
         d2de5cd: iiwa14 Minv's host path at B = 1024 61.7 us mapped against 26.5 through the copy
-        engine); small outputs (inverse dynamics) stay plain, where staging measured slower."""
+        engine); small outputs (inverse dynamics) stay plain, where staging measured slower.  From
+        :data:`MAPPED_STAGE_MIN_N` states on."""
         return self.emitter.staged and self.emitter.stage_by_default
 
     def _host_fn(self) -> n.Function | None:
@@ -831,7 +838,8 @@ class Layers:
             n.Stmt("LaunchConfig cfg"),
             *([n.Comment("mapped by size: the staged kernel's coalesced accesses (its outputs are large: a state's row"),
                n.Comment("a store at a time reaches the bus as partial lines)"),
-               n.Stmt("cfg.stage_io = hd_data->transfer == 3 || (hd_data->transfer == 0 && mapped)")]
+               n.Stmt("cfg.stage_io = hd_data->transfer == 3 || (hd_data->transfer == 0 && mapped && "
+                      f"num_timesteps >= {MAPPED_STAGE_MIN_N})")]
               if self.stages_mapped() else
               [n.Stmt("cfg.stage_io = hd_data->transfer == 3", comment="mapped memory, staged: on request")]),
             n.If(f"{self.name}_resolve_layout(num_timesteps, LAYOUT_AUTO) == LAYOUT_BLOCK",
