@@ -92,31 +92,35 @@ template <typename F> inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribu
 #include <mutex>
 #include <thread>
 #include <tuple>
+#include <sched.h>
 #include <unistd.h>
 namespace grid_emu {
-// Worker threads for the CPU build's launches.  A job is `parts` independent parts on up to
-// `threads` threads; the caller and every worker awake claim parts from one counter, so the
-// caller never waits for a worker that is asleep, and works on while one wakes (a sleeping
-// worker takes ~0.1 ms to start here, up to 0.3: with as many parts as threads, the caller
-// would wait that long, or do the late worker's part too).  Workers spin for SPIN after each
-// job (calls in a loop, or calls a little apart, find them awake), then sleep.  Threads are
-// started on demand and live as long as the process.
+// Worker threads for the CPU build's launches.  A job is `items` independent items on up to
+// `threads` threads; the caller and every worker awake claim chunks of them as they come, so
+// the caller never waits for a worker that is asleep, and works on while one wakes (a sleeping
+// worker takes ~0.1 ms to start here, up to 0.3).  A chunk is a share of what is left
+// (remaining / (2 threads), at least `grain` items): large ones first, few claims, and small
+// ones at the end, so the threads finish together even when one started late or runs slower
+// (a virtual CPU whose host core is busy elsewhere runs at 0.7 of the other's speed for tens of
+// ms).  Workers spin after each job, then sleep (spin()).  Threads are started on demand and
+// live as long as the process.
 class WorkerPool {
   public:
-    using Job = void (*)(void *context, size_t part);
+    using Job = void (*)(void *context, size_t begin, size_t end);
 
     static WorkerPool &instance() {
         static WorkerPool *pool = new WorkerPool();
         return *pool;
     }
 
-    // Runs job(context, i) for every i in [0, parts) on up to `threads` threads (the caller's
-    // among them); returns once all ran.
-    void run(Job job, void *context, size_t parts, size_t threads) {
+    // Runs job(context, begin, end) over chunks covering [0, items), each at least `grain` items
+    // (but the last), on up to `threads` threads (the caller's among them); returns once all ran.
+    void run(Job job, void *context, size_t items, size_t grain, size_t threads) {
         std::unique_lock<std::mutex> busy(run_lock_, std::try_to_lock);
         // another thread's job under way, or a forked child (it has no workers): serially here
-        if (parts <= 1 || threads <= 1 || !busy.owns_lock() || getpid() != pid_) {
-            for (size_t i = 0; i < parts; ++i) job(context, i);
+        threads = threads < items ? threads : items;
+        if (items <= grain || threads <= 1 || !busy.owns_lock() || getpid() != pid_) {
+            if (items > 0) job(context, 0, items);
             return;
         }
         {
@@ -127,16 +131,18 @@ class WorkerPool {
             }
             job_ = job;
             context_ = context;
-            parts_ = parts;
+            grain_ = grain > 0 ? grain : 1;
             helpers_ = threads - 1;
             taken_ = 0;
+            caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
+            items_ = items;
             next_.store(0);
             done_.store(0);
             generation_.fetch_add(1, std::memory_order_release);
         }
         wake_.notify_all();
-        claim(job, context, parts);
-        for (unsigned spins = 0; done_.load(std::memory_order_acquire) < parts; ++spins) pause(spins);
+        claim(job, context, items, grain_, threads);
+        for (unsigned spins = 0; done_.load(std::memory_order_acquire) < items; ++spins) pause(spins);
         {
             std::lock_guard<std::mutex> guard(lock_);
             job_ = nullptr;  // no worker joins this job any more
@@ -145,7 +151,18 @@ class WorkerPool {
     }
 
   private:
-    static constexpr std::chrono::microseconds SPIN{2000};
+    using clock = std::chrono::steady_clock;
+    static constexpr std::chrono::microseconds SPIN{2000}, SPIN_MAX{20000};
+
+    // How long a worker spins for the next job before it sleeps: SPIN, or twice the longer of its
+    // last two waits for one when that was under SPIN_MAX / 2 (jobs coming at a steady pace, as a
+    // call of a few ms between two-thread calls makes them, find it awake).  Waking a sleeping
+    // worker costs the caller 10-40 us in notify_all and the worker starts 30-100 us later
+    // (measured here, after 0.1-3 ms asleep); spinning costs only a core that is otherwise idle.
+    static clock::duration spin(clock::duration last, clock::duration before) {
+        const clock::duration pace = last > before ? last : before;
+        return pace < SPIN_MAX / 2 && 2 * pace > SPIN ? 2 * pace : clock::duration(SPIN);
+    }
 
     WorkerPool() : pid_(getpid()) {}
 
@@ -161,31 +178,66 @@ class WorkerPool {
         }
     }
 
-    void claim(Job job, void *context, size_t parts) {
-        for (size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < parts;) {
-            job(context, i);
-            done_.fetch_add(1, std::memory_order_release);
+    // Moves this worker off `cpu`, the caller's.  Linux at times runs a worker on the caller's CPU,
+    // with the other CPU idle, and leaves it there for tens of ms: the worker then runs only when
+    // the caller is preempted (seen here: whole runs of two-thread calls at one-thread speed, the
+    // worker on the caller's CPU).  Narrowing its affinity to the other allowed CPUs migrates it
+    // at once; the affinity is then restored as it was.
+    static void leave_cpu(int cpu) {
+#ifdef __linux__
+        cpu_set_t allowed;
+        if (cpu < 0 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || !CPU_ISSET(cpu, &allowed) ||
+            CPU_COUNT(&allowed) < 2)
+            return;
+        cpu_set_t others = allowed;
+        CPU_CLR(cpu, &others);
+        if (sched_setaffinity(0, sizeof(others), &others) == 0)
+            sched_setaffinity(0, sizeof(allowed), &allowed);
+#else
+        (void)cpu;
+#endif
+    }
+
+    // Claims chunks of [next_, items) and runs them, until none is left.
+    void claim(Job job, void *context, size_t items, size_t grain, size_t threads) {
+        for (size_t begin = next_.load(std::memory_order_relaxed); begin < items;) {
+            const size_t share = (items - begin) / (2 * threads);
+            const size_t count = share > grain ? share : grain < items - begin ? grain : items - begin;
+            if (!next_.compare_exchange_weak(begin, begin + count, std::memory_order_relaxed))
+                continue;  // another thread claimed first: begin is reloaded
+            job(context, begin, begin + count);
+            done_.fetch_add(count, std::memory_order_release);
+            begin = next_.load(std::memory_order_relaxed);
         }
     }
 
     void serve() {
         uint64_t seen = 0;
+        clock::duration last{0}, before{0};  // its last two waits for a job
         for (;;) {
-            const auto until = std::chrono::steady_clock::now() + SPIN;
-            for (unsigned spins = 0; generation_.load(std::memory_order_acquire) == seen &&
-                                     std::chrono::steady_clock::now() < until; ++spins)
+            const clock::time_point idle = clock::now(), until = idle + spin(last, before);
+            for (unsigned spins = 1; generation_.load(std::memory_order_acquire) == seen; ++spins) {
+                if (clock::now() >= until) break;
                 pause(spins);
+                // spinning on the caller's CPU takes its time: move (sched_getcpu is a load, glibc's rseq)
+                if (spins % 64 == 0 && sched_getcpu() == caller_cpu_.load(std::memory_order_relaxed))
+                    leave_cpu(sched_getcpu());
+            }
             std::unique_lock<std::mutex> guard(lock_);
             wake_.wait(guard, [&] { return generation_.load() != seen; });
             seen = generation_.load();
+            before = last;
+            last = clock::now() - idle;
             if (job_ == nullptr || taken_ == helpers_) continue;  // that job is over, or has its threads
             ++taken_;
             const Job job = job_;
             void *const context = context_;
-            const size_t parts = parts_;
+            const size_t items = items_, grain = grain_, threads = helpers_ + 1;
+            const int caller_cpu = caller_cpu_.load(std::memory_order_relaxed);
             joined_.fetch_add(1);
             guard.unlock();
-            claim(job, context, parts);
+            if (sched_getcpu() == caller_cpu) leave_cpu(caller_cpu);
+            claim(job, context, items, grain, threads);
             joined_.fetch_sub(1, std::memory_order_release);
         }
     }
@@ -193,14 +245,15 @@ class WorkerPool {
     const pid_t pid_;
     size_t started_ = 0;
     std::mutex run_lock_;  // one job at a time
-    std::mutex lock_;      // guards job_, context_, parts_, helpers_, taken_, started_ and the start of a job
+    std::mutex lock_;      // guards job_ ... taken_, started_ and the start of a job
     std::condition_variable wake_;
     Job job_ = nullptr;
     void *context_ = nullptr;
-    size_t parts_ = 0;
+    size_t items_ = 0, grain_ = 1;
     size_t helpers_ = 0, taken_ = 0;  // workers the job may take (threads but the caller's), and has
+    std::atomic<int> caller_cpu_{-1};  // where the caller of the latest job ran when it started it
     std::atomic<uint64_t> generation_{0};
-    std::atomic<size_t> next_{0}, done_{0};
+    std::atomic<size_t> next_{0}, done_{0};  // the first item not claimed yet, the items done
     std::atomic<int> joined_{0};
 };
 
@@ -208,42 +261,89 @@ class WorkerPool {
 inline thread_local int launch_workers = 1;
 inline thread_local std::vector<unsigned char> arena;  // this thread's shared memory
 
-// Runs a kernel launch on the host: the blocks in contiguous ranges, PARTS_PER_WORKER per worker
-// (claimed as the workers come), each block with one thread; a worker has its own blockIdx and
-// shared-memory arena.
-constexpr size_t PARTS_PER_WORKER = 8;
+// Threads for `workers` (<= 0: every core).
+inline size_t launch_threads(int workers) {
+    const unsigned cores = std::thread::hardware_concurrency();
+    return workers > 0 ? size_t(workers) : cores > 0 ? size_t(cores) : 1;
+}
+
+// Runs a kernel launch on the host: the blocks in contiguous ranges, claimed as the workers come
+// (WorkerPool: large ranges first, at least 1/64 of a worker's share at the end), each block with
+// one thread; a worker has its own blockIdx and shared-memory arena.
 template <typename... KArgs, typename... Args>
 inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t smem_size, Args... args) {
     struct Launch {
         void (*kernel)(KArgs...);
         dim3 grid;
         size_t smem_size;
-        size_t parts;
         std::tuple<Args...> args;
 
-        static void part(void *context, size_t i) {
+        static void blocks(void *context, size_t from, size_t to) {
             const Launch &l = *static_cast<const Launch *>(context);
-            const unsigned from = unsigned(l.grid.x * i / l.parts), to = unsigned(l.grid.x * (i + 1) / l.parts);
             if (arena.size() < l.smem_size + 16) arena.resize(l.smem_size + 16);
             gridDim = l.grid;
             blockDim = dim3(1, 1, 1);
             threadIdx = dim3(0, 0, 0);
             smem = arena.data();
             smem_bytes = l.smem_size;
-            for (unsigned bx = from; bx < to; ++bx) {
-                blockIdx = dim3(bx, 0, 0);
+            for (size_t bx = from; bx < to; ++bx) {
+                blockIdx = dim3(unsigned(bx), 0, 0);
                 std::apply(l.kernel, l.args);
             }
             smem = nullptr;
             smem_bytes = 0;
         }
     };
-    size_t threads = launch_workers > 0 ? size_t(launch_workers) : size_t(std::thread::hardware_concurrency());
-    threads = threads < grid.x ? threads : grid.x;
-    threads = threads > 0 ? threads : 1;
-    const size_t parts = threads == 1 ? 1 : threads * PARTS_PER_WORKER < grid.x ? threads * PARTS_PER_WORKER : grid.x;
-    const Launch l{kernel, grid, smem_size, parts, std::tuple<Args...>(args...)};
-    WorkerPool::instance().run(&Launch::part, const_cast<Launch *>(&l), l.parts, threads);
+    const size_t threads = launch_threads(launch_workers), grain = grid.x / (64 * threads);
+    const Launch l{kernel, grid, smem_size, std::tuple<Args...>(args...)};
+    WorkerPool::instance().run(&Launch::blocks, const_cast<Launch *>(&l), grid.x, grain > 0 ? grain : 1,
+                               threads);
+}
+
+// The index of the first of `count` arrays (inputs[k]: sizes[k] values, none if null) holding a
+// NaN or an inf, or -1: branch-free passes the compiler vectorises (NaN and inf have every
+// exponent bit set), over `workers` threads as a launch's blocks.  (By the caller alone, the
+// check of a batch of 1024 took 2-27 us here, up to a tenth of a two-thread call.)
+template <typename T>
+inline int first_nonfinite(const T *const *inputs, const size_t *sizes, int count, int workers) {
+    struct Check {
+        const T *const *inputs;
+        const size_t *sizes;
+        int count;
+        std::atomic<int> first_bad;  // the least k seen with one (count: none)
+
+        size_t size(int k) const { return inputs[k] != nullptr ? sizes[k] : 0; }
+
+        // values [from, to) of the inputs laid end to end
+        static void values(void *context, size_t from, size_t to) {
+            Check &c = *static_cast<Check *>(context);
+            using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;
+            const U mask = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
+            size_t first = 0;  // where inputs[k] starts
+            for (int k = 0; k < c.count; first += c.size(k++)) {
+                if (to <= first || from >= first + c.size(k)) continue;
+                const size_t lo = from > first ? from - first : 0;
+                const size_t hi = to - first < c.size(k) ? to - first : c.size(k);
+                U bad = 0;
+                for (size_t i = lo; i < hi; ++i) {
+                    U bits;
+                    std::memcpy(&bits, c.inputs[k] + i, sizeof(T));
+                    bad |= U((bits & mask) == mask);
+                }
+                if (bad) {
+                    int least = c.first_bad.load();
+                    while (k < least && !c.first_bad.compare_exchange_weak(least, k)) {
+                    }
+                }
+            }
+        }
+    };
+    Check c{inputs, sizes, count, {count}};
+    size_t total = 0;
+    for (int k = 0; k < count; ++k) total += c.size(k);
+    // chunks of at least 4 K values (~0.5 us): a smaller batch is checked by the caller alone
+    WorkerPool::instance().run(&Check::values, &c, total, size_t(4096), launch_threads(workers));
+    return c.first_bad.load() < count ? c.first_bad.load() : -1;
 }
 } // namespace grid_emu
 

@@ -55,24 +55,7 @@ def cpu_entries(robot, algorithms) -> str:
     return ``GRID_ABI_NONFINITE_INPUT - k`` as the host form does."""
     from ..abi import DTYPES, PACKED_TAIL, abi_functions
 
-    lines = [
-        "namespace {",
-        "// Whether all n values are finite (NaN and inf have every exponent bit set), branch-free.",
-        "template <typename T> bool all_finite(const T *x, size_t n) {",
-        "    using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;",
-        "    const U mask = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);",
-        "    U bad = 0;",
-        "    for (size_t i = 0; i < n; ++i) {",
-        "        U bits;",
-        "        std::memcpy(&bits, x + i, sizeof(T));",
-        "        bad |= U((bits & mask) == mask);",
-        "    }",
-        "    return bad == 0;",
-        "}",
-        "}  // namespace",
-        "",
-        'extern "C" {',
-    ]
+    lines = ['extern "C" {']
     for fn in abi_functions(robot, algorithms):
         T = DTYPES[fn.dtype]
         ports = [*fn.outputs, *fn.inputs, *fn.params]
@@ -84,9 +67,13 @@ def cpu_entries(robot, algorithms) -> str:
             f"int {fn.symbol}_cpu({', '.join([*args, *tail])}) {{",
             "    const size_t n = size_t(num_timesteps > 0 ? num_timesteps : 0);",
         ]
-        for k, p in enumerate(fn.inputs):
-            lines.append(f"    if ({p.name} != nullptr && !all_finite({p.name}, n * {math.prod(p.shape)})) "
-                         f"return GRID_ABI_NONFINITE_INPUT - {k};")
+        if fn.inputs:  # one pass over them all, on the workers too (grid_emu::first_nonfinite)
+            lines += [
+                f"    const {T} *const inputs[] = {{{', '.join(p.name for p in fn.inputs)}}};",
+                f"    const size_t sizes[] = {{{', '.join(f'n * {math.prod(p.shape)}' for p in fn.inputs)}}};",
+                f"    const int bad = grid_emu::first_nonfinite(inputs, sizes, {len(fn.inputs)}, workers);",
+                "    if (bad >= 0) return GRID_ABI_NONFINITE_INPUT - bad;",
+            ]
         lines += [f"    if (poison_outputs) std::memset({p.name}, 0xff, n * {math.prod(p.shape)} * sizeof({T}));"
                   for p in fn.outputs]
         lines += [

@@ -140,6 +140,19 @@ def test_non_finite_inputs_are_named(arg, rng):
         cpu("iiwa14").inverse_dynamics(*x.values())
 
 
+@pytest.mark.parametrize("arg, row", [("q", 0), ("qdd", 1023), ("qd", 511)])
+def test_non_finite_inputs_are_found_by_every_worker(arg, row, rng):
+    """A large batch's inputs are checked on the workers too, in chunks from both ends: a NaN
+    anywhere is found and named, and the outputs are left as they were."""
+    robot = load("iiwa14")
+    x = state_inputs(grid_core.algorithms()["inverse_dynamics"], robot, rng, n=1024, optional=False)
+    x[arg][row, -1] = np.inf
+    out = np.full((1024, robot.nv), 7.0)
+    with pytest.raises(InputError, match=f"'{arg}'|{arg}"):
+        cpu("iiwa14", 2).inverse_dynamics(*x.values(), out=out)
+    assert np.all(out == 7.0)
+
+
 def test_bad_thread_counts_and_cuda_arrays_are_refused():
     for bad in (0, -1, 1.5):
         with pytest.raises(ValueError, match="threads"):
