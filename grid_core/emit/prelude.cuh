@@ -261,10 +261,12 @@ class WorkerPool {
 inline thread_local int launch_workers = 1;
 inline thread_local std::vector<unsigned char> arena;  // this thread's shared memory
 
-// Threads for `workers` (<= 0: every core).
+// Threads for `workers` (<= 0: every core).  The core count is read once: glibc reads it from
+// /sys on every std::thread::hardware_concurrency() call (~6 us here, two calls a launch).
 inline size_t launch_threads(int workers) {
-    const unsigned cores = std::thread::hardware_concurrency();
-    return workers > 0 ? size_t(workers) : cores > 0 ? size_t(cores) : 1;
+    if (workers > 0) return size_t(workers);
+    static const unsigned cores = std::thread::hardware_concurrency();
+    return cores > 0 ? size_t(cores) : 1;
 }
 
 // Runs a kernel launch on the host: the blocks in contiguous ranges, claimed as the workers come
