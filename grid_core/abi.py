@@ -35,7 +35,7 @@ import attrs
 
 from .algorithm import Port
 from .composer import resolve_algorithms
-from .emit.layers import MAPPED_MAX_WORK, MAPPED_STAGE_MIN_N  # the rules the gridData wrappers follow too
+from .emit.layers import MAPPED_MAX_WORK  # the rule the gridData wrappers follow too
 from .emit.signature import Signature
 from .model import Robot
 from .model.robot import QUATERNION_TOLERANCE
@@ -63,7 +63,7 @@ class AbiFunction:
     inputs: tuple[Port, ...]  # state inputs, in order
     params: tuple[Port, ...]
     launch: Signature  # X_launch's signature node: the entries call it through it
-    stages_mapped: bool = False  # transfer by size, mapped: staged (Layers.stages_mapped)
+    stage_io: str = "transfer == 3"  # cfg.stage_io of the host form (Layers.stage_io_rule)
 
 
 def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:
@@ -84,7 +84,7 @@ def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:
                     inputs=tuple(p for p in ins if p.kind == "state"),
                     params=tuple(p for p in ins if p.kind == "param"),
                     launch=layers.launch,
-                    stages_mapped=layers.stages_mapped(),
+                    stage_io=layers.stage_io_rule("transfer", "mapped", "n"),
                 )
             )
     return out
@@ -286,9 +286,7 @@ def _function_source(fn: AbiFunction, ns: str, robot: Robot | None = None) -> li
         "        if (poison_outputs) GRID_ABI_TRY(cudaMemsetAsync(d_out, 0xff, out_bytes, staging.stream));",
         "    }",
         *cfg,
-        ("    cfg.stage_io = transfer == 3 || (transfer == 0 && mapped && n >= "
-         f"{MAPPED_STAGE_MIN_N});  // coalesced accesses to host memory"
-         if fn.stages_mapped else "    cfg.stage_io = transfer == 3;  // coalesced accesses to host memory"),
+        f"    cfg.stage_io = {fn.stage_io};  // coalesced accesses to host memory",
         f"    const size_t need = {ns}::{fn.algorithm}_workspace_bytes<{T}>(num_timesteps, cfg);",
         "    {",
         "        std::lock_guard<std::mutex> wguard(workspace_lock);",

@@ -813,6 +813,15 @@ class Layers:
         :data:`MAPPED_STAGE_MIN_N` states on."""
         return self.emitter.staged and self.emitter.stage_by_default
 
+    def stage_io_rule(self, transfer: str, mapped: str, batch: str) -> str:
+        """The host forms' ``cfg.stage_io``, as a C++ expression of their names for the transfer
+        mode, whether memory is mapped, and the batch size: on request (transfer 3), and for
+        :meth:`stages_mapped` algorithms when mapped memory is picked by size (transfer 0) from
+        :data:`MAPPED_STAGE_MIN_N` states.  The gridData wrapper and the C ABI both render it."""
+        if not self.stages_mapped():
+            return f"{transfer} == 3"
+        return f"{transfer} == 3 || ({transfer} == 0 && {mapped} && {batch} >= {MAPPED_STAGE_MIN_N})"
+
     def _host_fn(self) -> n.Function | None:
         """``X(hd_data, ...)``: the gridData wrapper (see :meth:`_host_parts`)."""
         if self.host is None:
@@ -837,11 +846,9 @@ class Layers:
                    comment=f"by size: states x {per_state}^2 input values"),
             n.Stmt("LaunchConfig cfg"),
             *([n.Comment("mapped by size: the staged kernel's coalesced accesses (its outputs are large: a state's row"),
-               n.Comment("a store at a time reaches the bus as partial lines)"),
-               n.Stmt("cfg.stage_io = hd_data->transfer == 3 || (hd_data->transfer == 0 && mapped && "
-                      f"num_timesteps >= {MAPPED_STAGE_MIN_N})")]
-              if self.stages_mapped() else
-              [n.Stmt("cfg.stage_io = hd_data->transfer == 3", comment="mapped memory, staged: on request")]),
+               n.Comment("a store at a time reaches the bus as partial lines)")] if self.stages_mapped() else []),
+            n.Stmt(f"cfg.stage_io = {self.stage_io_rule('hd_data->transfer', 'mapped', 'num_timesteps')}",
+                   comment="" if self.stages_mapped() else "mapped memory, staged: on request"),
             n.If(f"{self.name}_resolve_layout(num_timesteps, LAYOUT_AUTO) == LAYOUT_BLOCK",
                  [n.Stmt("cfg.layout = LAYOUT_BLOCK"), n.Stmt("cfg.blocks = int(block_dimms.x)"),
                   n.Stmt("cfg.threads = int(thread_dimms.x * thread_dimms.y)")], [n.Stmt("cfg.layout = LAYOUT_PER_STATE")]),
