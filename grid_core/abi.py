@@ -91,7 +91,7 @@ def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:
 
 
 def support_text() -> str:
-    """The robot-independent C++ of the ABI (workspace and staging buffers, the copy pool),
+    """The robot-independent C++ of the ABI (workspace and staging buffers, the staging copies),
     shipped as ``grid_core/runtime/abi_support.h``."""
     return importlib.resources.files("grid_core.runtime").joinpath("abi_support.h").read_text()
 
@@ -101,6 +101,7 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
     ns = namespace
     lines = [
         "// Generated C ABI over a GRiD header (grid_core.abi); do not edit.",
+        "#define GRID_HOST_POOL  // the prelude's thread pool: the host form's staging copies",
         f'#include "{header_name}"',
         "#include <unistd.h>",
         "",

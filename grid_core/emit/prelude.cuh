@@ -10,6 +10,190 @@
 #include <cstring>
 #include <type_traits>
 
+// ---- the host thread pool: the CPU build's launches (GRID_HOST_CPU) and the C ABI's staging
+// copies (GRID_HOST_POOL, set by the ABI translation unit); host code only ----
+#if defined(GRID_HOST_CPU) || defined(GRID_HOST_POOL)
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <sched.h>
+#include <unistd.h>
+namespace grid_host {
+// Worker threads.  A job is `items` independent items on up to `threads` threads; the caller and
+// every worker awake claim chunks of them as they come, so the caller never waits for a worker
+// that is asleep, and works on while one wakes (a sleeping worker takes ~0.1 ms to start here, up
+// to 0.3).  A chunk is a share of what is left (remaining / (2 threads), at least `grain` items):
+// large ones first, few claims, and small ones at the end, so the threads finish together even
+// when one started late or runs slower (a virtual CPU whose host core is busy elsewhere runs at
+// 0.7 of the other's speed for tens of ms).  Workers spin after each job, then sleep (Spin).
+// Threads are started on demand and live as long as the process.
+class WorkerPool {
+  public:
+    using Job = void (*)(void *context, size_t begin, size_t end);
+    using clock = std::chrono::steady_clock;
+
+    // How long the workers spin for the next job after this one, before they sleep: at least
+    // `least`; when `paced`, twice the longer of a worker's last two waits for a job while that
+    // is under MAX / 2 (jobs coming at a steady pace find it awake).  Waking a sleeping worker
+    // costs the caller 10-40 us in notify_all and the worker starts 30-100 us later (measured
+    // here, after 0.1-3 ms asleep); spinning costs a core.  The CPU launches pace their spin (a
+    // core they would otherwise leave idle); the GPU path's copies spin a fixed 100 us.
+    struct Spin {
+        std::chrono::microseconds least;
+        bool paced;
+    };
+    static constexpr Spin LAUNCH{std::chrono::microseconds(2000), true};
+    static constexpr std::chrono::microseconds MAX{20000};
+
+    static WorkerPool &instance() {
+        static WorkerPool *pool = new WorkerPool();
+        return *pool;
+    }
+
+    // Runs job(context, begin, end) over chunks covering [0, items), each at least `grain` items
+    // (but the last), on up to `threads` threads (the caller's among them); returns once all ran.
+    void run(Job job, void *context, size_t items, size_t grain, size_t threads, Spin spin = LAUNCH) {
+        std::unique_lock<std::mutex> busy(run_lock_, std::try_to_lock);
+        // another thread's job under way, or a forked child (it has no workers): serially here
+        threads = threads < items ? threads : items;
+        if (items <= grain || threads <= 1 || !busy.owns_lock() || getpid() != pid_) {
+            if (items > 0) job(context, 0, items);
+            return;
+        }
+        {
+            std::lock_guard<std::mutex> guard(lock_);
+            while (started_ + 1 < threads) {
+                std::thread([this] { serve(); }).detach();
+                ++started_;
+            }
+            job_ = job;
+            context_ = context;
+            grain_ = grain > 0 ? grain : 1;
+            spin_ = spin;
+            helpers_ = threads - 1;
+            taken_ = 0;
+            caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
+            items_ = items;
+            next_.store(0);
+            done_.store(0);
+            generation_.fetch_add(1, std::memory_order_release);
+        }
+        wake_.notify_all();
+        claim(job, context, items, grain_, threads);
+        for (unsigned spins = 0; done_.load(std::memory_order_acquire) < items; ++spins) pause(spins);
+        {
+            std::lock_guard<std::mutex> guard(lock_);
+            job_ = nullptr;  // no worker joins this job any more
+        }
+        for (unsigned spins = 0; joined_.load(std::memory_order_acquire) != 0; ++spins) pause(spins);
+    }
+
+  private:
+    static clock::duration spin_for(Spin spin, clock::duration last, clock::duration before) {
+        const clock::duration pace = last > before ? last : before, least = spin.least;
+        return spin.paced && pace < MAX / 2 && 2 * pace > least ? 2 * pace : least;
+    }
+
+    WorkerPool() : pid_(getpid()) {}
+
+    static void pause(unsigned spins) {
+        if (spins < 4096) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            asm volatile("yield");
+#endif
+        } else {
+            std::this_thread::yield();  // the machine is oversubscribed: let the others run
+        }
+    }
+
+    // Moves this worker off `cpu`, the caller's.  Linux at times runs a worker on the caller's CPU,
+    // with the other CPU idle, and leaves it there for tens of ms: the worker then runs only when
+    // the caller is preempted (seen here: whole runs of two-thread calls at one-thread speed, the
+    // worker on the caller's CPU).  Narrowing its affinity to the other allowed CPUs migrates it
+    // at once; the affinity is then restored as it was.
+    static void leave_cpu(int cpu) {
+#ifdef __linux__
+        cpu_set_t allowed;
+        if (cpu < 0 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || !CPU_ISSET(cpu, &allowed) ||
+            CPU_COUNT(&allowed) < 2)
+            return;
+        cpu_set_t others = allowed;
+        CPU_CLR(cpu, &others);
+        if (sched_setaffinity(0, sizeof(others), &others) == 0)
+            sched_setaffinity(0, sizeof(allowed), &allowed);
+#else
+        (void)cpu;
+#endif
+    }
+
+    // Claims chunks of [next_, items) and runs them, until none is left.
+    void claim(Job job, void *context, size_t items, size_t grain, size_t threads) {
+        for (size_t begin = next_.load(std::memory_order_relaxed); begin < items;) {
+            const size_t share = (items - begin) / (2 * threads);
+            const size_t count = share > grain ? share : grain < items - begin ? grain : items - begin;
+            if (!next_.compare_exchange_weak(begin, begin + count, std::memory_order_relaxed))
+                continue;  // another thread claimed first: begin is reloaded
+            job(context, begin, begin + count);
+            done_.fetch_add(count, std::memory_order_release);
+            begin = next_.load(std::memory_order_relaxed);
+        }
+    }
+
+    void serve() {
+        uint64_t seen = 0;
+        Spin spin = LAUNCH;                     // the spin its latest job asked for
+        clock::duration last{0}, before{0};  // its last two waits for a job
+        for (;;) {
+            const clock::time_point idle = clock::now(), until = idle + spin_for(spin, last, before);
+            for (unsigned spins = 1; generation_.load(std::memory_order_acquire) == seen; ++spins) {
+                if (clock::now() >= until) break;
+                pause(spins);
+                // spinning on the caller's CPU takes its time: move (sched_getcpu is a load, glibc's rseq)
+                if (spins % 64 == 0 && sched_getcpu() == caller_cpu_.load(std::memory_order_relaxed))
+                    leave_cpu(sched_getcpu());
+            }
+            std::unique_lock<std::mutex> guard(lock_);
+            wake_.wait(guard, [&] { return generation_.load() != seen; });
+            seen = generation_.load();
+            before = last;
+            last = clock::now() - idle;
+            if (job_ == nullptr || taken_ == helpers_) continue;  // that job is over, or has its threads
+            ++taken_;
+            const Job job = job_;
+            void *const context = context_;
+            const size_t items = items_, grain = grain_, threads = helpers_ + 1;
+            const int caller_cpu = caller_cpu_.load(std::memory_order_relaxed);
+            spin = spin_;
+            joined_.fetch_add(1);
+            guard.unlock();
+            if (sched_getcpu() == caller_cpu) leave_cpu(caller_cpu);
+            claim(job, context, items, grain, threads);
+            joined_.fetch_sub(1, std::memory_order_release);
+        }
+    }
+
+    const pid_t pid_;
+    size_t started_ = 0;
+    std::mutex run_lock_;  // one job at a time
+    std::mutex lock_;      // guards job_ ... taken_, started_ and the start of a job
+    std::condition_variable wake_;
+    Job job_ = nullptr;
+    void *context_ = nullptr;
+    size_t items_ = 0, grain_ = 1;
+    Spin spin_ = LAUNCH;
+    size_t helpers_ = 0, taken_ = 0;  // workers the job may take (threads but the caller's), and has
+    std::atomic<int> caller_cpu_{-1};  // where the caller of the latest job ran when it started it
+    std::atomic<uint64_t> generation_{0};
+    std::atomic<size_t> next_{0}, done_{0};  // the first item not claimed yet, the items done
+    std::atomic<int> joined_{0};
+};
+} // namespace grid_host
+#endif
+
 // GRID_HOST_CPU: the optimised CPU build (grid_core.CpuHandle), host emulation without the
 // arena asserts and with a launch's blocks split over worker threads.
 #if defined(GRID_HOST_CPU) && !defined(GRID_HOST_EMULATION)
@@ -86,177 +270,8 @@ inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {
 template <typename F> inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 
 #ifdef GRID_HOST_CPU
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <tuple>
-#include <sched.h>
-#include <unistd.h>
 namespace grid_emu {
-// Worker threads for the CPU build's launches.  A job is `items` independent items on up to
-// `threads` threads; the caller and every worker awake claim chunks of them as they come, so
-// the caller never waits for a worker that is asleep, and works on while one wakes (a sleeping
-// worker takes ~0.1 ms to start here, up to 0.3).  A chunk is a share of what is left
-// (remaining / (2 threads), at least `grain` items): large ones first, few claims, and small
-// ones at the end, so the threads finish together even when one started late or runs slower
-// (a virtual CPU whose host core is busy elsewhere runs at 0.7 of the other's speed for tens of
-// ms).  Workers spin after each job, then sleep (spin()).  Threads are started on demand and
-// live as long as the process.
-class WorkerPool {
-  public:
-    using Job = void (*)(void *context, size_t begin, size_t end);
-
-    static WorkerPool &instance() {
-        static WorkerPool *pool = new WorkerPool();
-        return *pool;
-    }
-
-    // Runs job(context, begin, end) over chunks covering [0, items), each at least `grain` items
-    // (but the last), on up to `threads` threads (the caller's among them); returns once all ran.
-    void run(Job job, void *context, size_t items, size_t grain, size_t threads) {
-        std::unique_lock<std::mutex> busy(run_lock_, std::try_to_lock);
-        // another thread's job under way, or a forked child (it has no workers): serially here
-        threads = threads < items ? threads : items;
-        if (items <= grain || threads <= 1 || !busy.owns_lock() || getpid() != pid_) {
-            if (items > 0) job(context, 0, items);
-            return;
-        }
-        {
-            std::lock_guard<std::mutex> guard(lock_);
-            while (started_ + 1 < threads) {
-                std::thread([this] { serve(); }).detach();
-                ++started_;
-            }
-            job_ = job;
-            context_ = context;
-            grain_ = grain > 0 ? grain : 1;
-            helpers_ = threads - 1;
-            taken_ = 0;
-            caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
-            items_ = items;
-            next_.store(0);
-            done_.store(0);
-            generation_.fetch_add(1, std::memory_order_release);
-        }
-        wake_.notify_all();
-        claim(job, context, items, grain_, threads);
-        for (unsigned spins = 0; done_.load(std::memory_order_acquire) < items; ++spins) pause(spins);
-        {
-            std::lock_guard<std::mutex> guard(lock_);
-            job_ = nullptr;  // no worker joins this job any more
-        }
-        for (unsigned spins = 0; joined_.load(std::memory_order_acquire) != 0; ++spins) pause(spins);
-    }
-
-  private:
-    using clock = std::chrono::steady_clock;
-    static constexpr std::chrono::microseconds SPIN{2000}, SPIN_MAX{20000};
-
-    // How long a worker spins for the next job before it sleeps: SPIN, or twice the longer of its
-    // last two waits for one when that was under SPIN_MAX / 2 (jobs coming at a steady pace, as a
-    // call of a few ms between two-thread calls makes them, find it awake).  Waking a sleeping
-    // worker costs the caller 10-40 us in notify_all and the worker starts 30-100 us later
-    // (measured here, after 0.1-3 ms asleep); spinning costs only a core that is otherwise idle.
-    static clock::duration spin(clock::duration last, clock::duration before) {
-        const clock::duration pace = last > before ? last : before;
-        return pace < SPIN_MAX / 2 && 2 * pace > SPIN ? 2 * pace : clock::duration(SPIN);
-    }
-
-    WorkerPool() : pid_(getpid()) {}
-
-    static void pause(unsigned spins) {
-        if (spins < 4096) {
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#elif defined(__aarch64__)
-            asm volatile("yield");
-#endif
-        } else {
-            std::this_thread::yield();  // the machine is oversubscribed: let the others run
-        }
-    }
-
-    // Moves this worker off `cpu`, the caller's.  Linux at times runs a worker on the caller's CPU,
-    // with the other CPU idle, and leaves it there for tens of ms: the worker then runs only when
-    // the caller is preempted (seen here: whole runs of two-thread calls at one-thread speed, the
-    // worker on the caller's CPU).  Narrowing its affinity to the other allowed CPUs migrates it
-    // at once; the affinity is then restored as it was.
-    static void leave_cpu(int cpu) {
-#ifdef __linux__
-        cpu_set_t allowed;
-        if (cpu < 0 || sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || !CPU_ISSET(cpu, &allowed) ||
-            CPU_COUNT(&allowed) < 2)
-            return;
-        cpu_set_t others = allowed;
-        CPU_CLR(cpu, &others);
-        if (sched_setaffinity(0, sizeof(others), &others) == 0)
-            sched_setaffinity(0, sizeof(allowed), &allowed);
-#else
-        (void)cpu;
-#endif
-    }
-
-    // Claims chunks of [next_, items) and runs them, until none is left.
-    void claim(Job job, void *context, size_t items, size_t grain, size_t threads) {
-        for (size_t begin = next_.load(std::memory_order_relaxed); begin < items;) {
-            const size_t share = (items - begin) / (2 * threads);
-            const size_t count = share > grain ? share : grain < items - begin ? grain : items - begin;
-            if (!next_.compare_exchange_weak(begin, begin + count, std::memory_order_relaxed))
-                continue;  // another thread claimed first: begin is reloaded
-            job(context, begin, begin + count);
-            done_.fetch_add(count, std::memory_order_release);
-            begin = next_.load(std::memory_order_relaxed);
-        }
-    }
-
-    void serve() {
-        uint64_t seen = 0;
-        clock::duration last{0}, before{0};  // its last two waits for a job
-        for (;;) {
-            const clock::time_point idle = clock::now(), until = idle + spin(last, before);
-            for (unsigned spins = 1; generation_.load(std::memory_order_acquire) == seen; ++spins) {
-                if (clock::now() >= until) break;
-                pause(spins);
-                // spinning on the caller's CPU takes its time: move (sched_getcpu is a load, glibc's rseq)
-                if (spins % 64 == 0 && sched_getcpu() == caller_cpu_.load(std::memory_order_relaxed))
-                    leave_cpu(sched_getcpu());
-            }
-            std::unique_lock<std::mutex> guard(lock_);
-            wake_.wait(guard, [&] { return generation_.load() != seen; });
-            seen = generation_.load();
-            before = last;
-            last = clock::now() - idle;
-            if (job_ == nullptr || taken_ == helpers_) continue;  // that job is over, or has its threads
-            ++taken_;
-            const Job job = job_;
-            void *const context = context_;
-            const size_t items = items_, grain = grain_, threads = helpers_ + 1;
-            const int caller_cpu = caller_cpu_.load(std::memory_order_relaxed);
-            joined_.fetch_add(1);
-            guard.unlock();
-            if (sched_getcpu() == caller_cpu) leave_cpu(caller_cpu);
-            claim(job, context, items, grain, threads);
-            joined_.fetch_sub(1, std::memory_order_release);
-        }
-    }
-
-    const pid_t pid_;
-    size_t started_ = 0;
-    std::mutex run_lock_;  // one job at a time
-    std::mutex lock_;      // guards job_ ... taken_, started_ and the start of a job
-    std::condition_variable wake_;
-    Job job_ = nullptr;
-    void *context_ = nullptr;
-    size_t items_ = 0, grain_ = 1;
-    size_t helpers_ = 0, taken_ = 0;  // workers the job may take (threads but the caller's), and has
-    std::atomic<int> caller_cpu_{-1};  // where the caller of the latest job ran when it started it
-    std::atomic<uint64_t> generation_{0};
-    std::atomic<size_t> next_{0}, done_{0};  // the first item not claimed yet, the items done
-    std::atomic<int> joined_{0};
-};
-
 // Worker threads of the launches made from this thread (the CPU ABI entry sets it; <= 0: every core).
 inline thread_local int launch_workers = 1;
 inline thread_local std::vector<unsigned char> arena;  // this thread's shared memory
@@ -270,8 +285,8 @@ inline size_t launch_threads(int workers) {
 }
 
 // Runs a kernel launch on the host: the blocks in contiguous ranges, claimed as the workers come
-// (WorkerPool: large ranges first, at least 1/64 of a worker's share at the end), each block with
-// one thread; a worker has its own blockIdx and shared-memory arena.
+// (grid_host::WorkerPool: large ranges first, at least 1/64 of a worker's share at the end), each
+// block with one thread; a worker has its own blockIdx and shared-memory arena.
 template <typename... KArgs, typename... Args>
 inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t smem_size, Args... args) {
     struct Launch {
@@ -296,10 +311,10 @@ inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t s
             smem_bytes = 0;
         }
     };
-    const size_t threads = launch_threads(launch_workers), grain = grid.x / (64 * threads);
+    const size_t threads = launch_threads(launch_workers);
     const Launch l{kernel, grid, smem_size, std::tuple<Args...>(args...)};
-    WorkerPool::instance().run(&Launch::blocks, const_cast<Launch *>(&l), grid.x, grain > 0 ? grain : 1,
-                               threads);
+    grid_host::WorkerPool::instance().run(&Launch::blocks, const_cast<Launch *>(&l), grid.x, grid.x / (64 * threads),
+                                          threads);
 }
 
 // The index of the first of `count` arrays (inputs[k]: sizes[k] values, none if null) holding a
@@ -344,7 +359,7 @@ inline int first_nonfinite(const T *const *inputs, const size_t *sizes, int coun
     size_t total = 0;
     for (int k = 0; k < count; ++k) total += c.size(k);
     // chunks of at least 4 K values (~0.5 us): a smaller batch is checked by the caller alone
-    WorkerPool::instance().run(&Check::values, &c, total, size_t(4096), launch_threads(workers));
+    grid_host::WorkerPool::instance().run(&Check::values, &c, total, size_t(4096), launch_threads(workers));
     return c.first_bad.load() < count ? c.first_bad.load() : -1;
 }
 } // namespace grid_emu

@@ -1,5 +1,5 @@
 // Support code of the generated C ABI (grid_core.abi): workspace and staging buffers, the
-// host form's copy pool.  Inlined into every ABI translation unit after the header; it needs
+// host form's staging copies.  Inlined into every ABI translation unit after the header; it needs
 // the header's prelude (the CUDA runtime, or its host emulation) and nothing robot-specific.
 namespace {
 // Global workspace for spilled tiers, one per stream (concurrent launches never share one).
@@ -93,110 +93,19 @@ template <typename T> bool copy_finite(T *dst, const T *src, size_t n) {
     return bad == 0;
 }
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-}
-
-// Helper threads for the host form's copies.  A job is `count` independent chunks; the caller
-// and every helper awake claim chunks from one counter, so the caller never waits for a helper
-// that is asleep: it takes whatever nobody else has.  Helpers spin for HELPER_SPIN after each
-// job (calls in a loop find them awake), then sleep.  GRID_HOST_THREADS sets how many helpers
-// there are (default: up to 3, one fewer than the cores; 0: none).  The pool is never
-// destroyed: its threads end with the process.
-class HostPool {
-  public:
-    using Job = void (*)(void *context, size_t index);
-
-    static HostPool &instance() {
-        static HostPool *pool = new HostPool();
-        return *pool;
-    }
-
-    // Runs job(context, i) for every i in [0, count); returns once all have run.
-    void run(Job job, void *context, size_t count) {
-        std::unique_lock<std::mutex> busy(run_lock_, std::try_to_lock);
-        // no helpers, another thread's job under way, or a forked child (no threads there)
-        if (helpers_ == 0 || !busy.owns_lock() || getpid() != pid_) {
-            for (size_t i = 0; i < count; ++i) job(context, i);
-            return;
-        }
-        {
-            std::lock_guard<std::mutex> guard(lock_);
-            job_ = job;
-            context_ = context;
-            count_ = count;
-            next_.store(0);
-            done_.store(0);
-            generation_.fetch_add(1, std::memory_order_release);
-            if (sleeping_ > 0) wake_.notify_all();
-        }
-        claim(job, context, count);
-        while (done_.load(std::memory_order_acquire) < count) cpu_relax();
-        {
-            std::lock_guard<std::mutex> guard(lock_);
-            job_ = nullptr;  // no helper joins this job any more
-        }
-        while (joined_.load(std::memory_order_acquire) != 0) cpu_relax();  // those in it find no chunk left
-    }
-
-  private:
-    static constexpr std::chrono::microseconds HELPER_SPIN{100};
-
-    HostPool() : pid_(getpid()) {
+// The threads that stage a host call's large batches: the caller and GRID_HOST_THREADS helpers
+// (default: up to 3, one fewer than the cores; 0: none), read once.  They are the CPU build's pool
+// (grid_host::WorkerPool in the header's prelude), spinning a fixed 100 us after each job.
+inline size_t copy_threads() {
+    static const size_t threads = [] {
         const unsigned cores = std::thread::hardware_concurrency();
         const char *env = std::getenv("GRID_HOST_THREADS");
-        helpers_ = env != nullptr ? std::max(0, std::atoi(env)) : int(std::min(3u, cores > 1 ? cores - 1 : 0u));
-        for (int i = 0; i < helpers_; ++i) std::thread([this] { serve(); }).detach();
-    }
-
-    void claim(Job job, void *context, size_t count) {
-        for (size_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < count;) {
-            job(context, i);
-            done_.fetch_add(1, std::memory_order_release);
-        }
-    }
-
-    void serve() {
-        uint64_t seen = generation_.load();
-        for (;;) {
-            const auto until = std::chrono::steady_clock::now() + HELPER_SPIN;
-            while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until)
-                cpu_relax();
-            std::unique_lock<std::mutex> guard(lock_);
-            if (generation_.load() == seen) {
-                ++sleeping_;
-                wake_.wait(guard, [&] { return generation_.load() != seen; });
-                --sleeping_;
-            }
-            seen = generation_.load();
-            if (job_ == nullptr) continue;  // that job is already over
-            const Job job = job_;
-            void *const context = context_;
-            const size_t count = count_;
-            joined_.fetch_add(1);
-            guard.unlock();
-            claim(job, context, count);
-            joined_.fetch_sub(1, std::memory_order_release);
-        }
-    }
-
-    const pid_t pid_;
-    int helpers_ = 0;
-    std::mutex run_lock_;  // one job at a time
-    std::mutex lock_;      // guards job_, context_, count_, sleeping_ and the start of a job
-    std::condition_variable wake_;
-    Job job_ = nullptr;
-    void *context_ = nullptr;
-    size_t count_ = 0;
-    int sleeping_ = 0;
-    std::atomic<uint64_t> generation_{0};
-    std::atomic<size_t> next_{0}, done_{0};
-    std::atomic<int> joined_{0};
-};
+        const int helpers = env != nullptr ? std::max(0, std::atoi(env)) : int(std::min(3u, cores > 1 ? cores - 1 : 0u));
+        return size_t(helpers) + 1;
+    }();
+    return threads;
+}
+constexpr grid_host::WorkerPool::Spin COPY_SPIN{std::chrono::microseconds(100), false};
 
 // One contiguous copy of a host call: a state input into staging, its finiteness reported as
 // bit `input` of copy_segments' result, or an output out of staging (input < 0).
@@ -241,14 +150,17 @@ template <typename T> uint32_t copy_segments(const Segment *segments, int count)
     for (int i = 0; i < count; ++i)
         for (size_t from = 0; from < segments[i].bytes; from += GRID_ABI_CHUNK_BYTES)
             context.chunks.push_back({&segments[i], from, std::min(from + GRID_ABI_CHUNK_BYTES, segments[i].bytes)});
-    HostPool::instance().run(
-        [](void *c, size_t index) {
+    grid_host::WorkerPool::instance().run(
+        [](void *c, size_t begin, size_t end) {
             Context &x = *static_cast<Context *>(c);
-            const Chunk &k = x.chunks[index];
-            const uint32_t b = copy_range<T>(*k.segment, k.from, k.to);
+            uint32_t b = 0;
+            for (size_t index = begin; index < end; ++index) {
+                const Chunk &k = x.chunks[index];
+                b |= copy_range<T>(*k.segment, k.from, k.to);
+            }
             if (b != 0) x.bad.fetch_or(b);
         },
-        &context, context.chunks.size());
+        &context, context.chunks.size(), 1, copy_threads(), COPY_SPIN);
     return context.bad.load();
 }
 }  // namespace
