@@ -7,7 +7,8 @@ Both in the same run, on the same URDFs (``robots/*.urdf``, Pinocchio with
 (``benchmarks/src/pinocchio_timing.cpp``, built against the ``pin`` wheel's headers and
 libraries), and every algorithm the header emits through ``CpuHandle`` at the same batch
 size with 1 and 2 worker threads (one call per round, ``out=`` reused; the two called
-alternately, and the speed-up taken call by call).  Times are ns per state: the median of the
+alternately, and the speed-up taken call by call; then again against one thread on each
+of two cores in turn, :func:`each_core`).  Times are ns per state: the median of the
 rounds, with their range, of the least disturbed of several bursts (:data:`BURSTS`), on both
 sides alike.
 
@@ -125,8 +126,53 @@ def time_ours(robot, n: int, rounds: int, rng) -> dict:
                     samples[t].append((time.perf_counter() - t0) / n * 1e9)
             bursts.append(samples)
         best = min(bursts, key=lambda b: _median(b[1]) + _median(b[2]))
-        result[name] = (best[1], best[2], [a / b for a, b in zip(best[1], best[2])])
+        result[name] = (best[1], best[2], [a / b for a, b in zip(best[1], best[2])],
+                        each_core(fns, args, outs, n, CORE_ROUNDS * rounds))
     return result
+
+
+CORE_ROUNDS = 3
+"""The each-core measurement takes this many times ``rounds`` rounds."""
+
+
+def each_core(fns, args, outs, n: int, rounds: int) -> dict | None:
+    """Two threads against one thread on each core: per round, the one-thread handle's call with
+    this thread pinned to each of two CPUs in turn, then the two-thread handle's unpinned; each
+    call after two untimed ones (the caches and the worker warm after a move, as calls in a loop
+    find them).  A round's ratio is the mean of the two cores' one-thread times over the
+    two-thread time.  On this shared VM one core alone runs the same call 1.0-1.4x slower than
+    the other, and which one it is changes within minutes: the paired ratio of
+    :func:`time_ours` compares two threads with whichever core the caller was on, this one with
+    both.  ``None`` where this thread cannot be pinned to two CPUs.  The two-thread handle's
+    worker already exists (started unpinned by the calls before)."""
+    try:
+        allowed = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return None
+    if len(allowed) < 2:
+        return None
+    cores = sorted(allowed)[:2]
+
+    def timed(fn, out):
+        fn(*args, out=out)
+        fn(*args, out=out)
+        t0 = time.perf_counter()
+        fn(*args, out=out)
+        return (time.perf_counter() - t0) / n * 1e9
+
+    times = {c: [] for c in cores}
+    two = []
+    try:
+        for _ in range(rounds):
+            for c in cores:
+                os.sched_setaffinity(0, {c})
+                times[c].append(timed(fns[1], outs[1]))
+            os.sched_setaffinity(0, allowed)
+            two.append(timed(fns[2], outs[2]))
+    finally:
+        os.sched_setaffinity(0, allowed)
+    ratio = [(a + b) / 2 / t for a, b, t in zip(times[cores[0]], times[cores[1]], two)]
+    return {"cores": {str(c): v for c, v in times.items()}, "two": two, "ratio": ratio}
 
 
 def _median(values) -> float:
@@ -152,6 +198,10 @@ def commit() -> str:
         return "unknown"
 
 
+def spread_x(s: dict | None) -> str:
+    return f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})" if s else "—"
+
+
 def rst_table(data: dict) -> str:
     def fmt(s):
         return f"{s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f})" if s else "—"
@@ -161,13 +211,17 @@ def rst_table(data: dict) -> str:
          f"({data['cores']} cores), commit ``{data['commit']}``, batch {data['n']}, {data['rounds']} rounds.  "
          "ns per state, median (range); *ratio*: ours on one thread over Pinocchio; *target*: the ratio to reach; "
          "*2 threads x*: the speed-up of two worker threads over one, the median (range) of the calls' paired "
-         "ratios (the two handles called alternately)."),
+         "ratios (the two handles called alternately, one thread on whichever core the caller is on); "
+         "*each core*: the same against the mean of one thread's time on each of the two cores, "
+         "this thread pinned to each in turn (on this VM one core alone runs 1.0-1.4x slower than the "
+         "other, and which one changes within minutes)."),
         "",
         ".. list-table::",
         "   :header-rows: 1",
         "",
     ]
-    header = ["robot", "Pinocchio", "ns/state", "GRiD", "1 thread", "2 threads", "ratio", "target", "2 threads x"]
+    header = ["robot", "Pinocchio", "ns/state", "GRiD", "1 thread", "2 threads", "ratio", "target", "2 threads x",
+              "each core"]
     lines.append("   * - " + "\n     - ".join(header))
     for row in data["rows"]:
         ours1, ours2 = row.get("ours_1"), row.get("ours_2")
@@ -179,9 +233,18 @@ def rst_table(data: dict) -> str:
                  f"{ours1['median'] / ours2['median']:.2f}" if ours1 and ours2 else "—")
         cells = [row["robot"], f"``{row['pinocchio_fn']}``", fmt(row["pinocchio"]),
                  f"``{row['ours']}``" if row["ours"] else "not generated", fmt(ours1), fmt(ours2), ratio + held,
-                 f"≤ {row['target']:g}", scale]
+                 f"≤ {row['target']:g}", scale, spread_x(row.get("speedup_2_cores"))]
         lines.append("   * - " + "\n     - ".join(cells))
     return "\n".join(lines) + "\n"
+
+
+def each_core_summary(core: dict | None) -> dict:
+    """The row's fields of :func:`each_core`: each core's one-thread time, the two-thread
+    time, and the ratio (ns per state; median and range)."""
+    if core is None:
+        return {"speedup_2_cores": None}
+    return {"ours_1_core": {c: spread(v) for c, v in core["cores"].items()}, "ours_2_cores": spread(core["two"]),
+            "speedup_2_cores": spread(core["ratio"])}
 
 
 def main(argv=None) -> int:
@@ -214,7 +277,8 @@ def main(argv=None) -> int:
             rows.append({"robot": name, "nv": robot.nv, "pinocchio_fn": fn, "pinocchio": spread(pin[fn]),
                          "ours": mine, "target": target,
                          **{f"ours_{t}": spread(ours[mine][k]) if mine else None for k, t in ((0, 1), (1, 2))},
-                         "speedup_2": spread(ours[mine][2]) if mine else None})
+                         "speedup_2": spread(ours[mine][2]) if mine else None,
+                         **each_core_summary(ours[mine][3] if mine else None)})
         print(f"{name}: done", file=sys.stderr, flush=True)
     stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
