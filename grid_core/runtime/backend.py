@@ -440,21 +440,25 @@ class AbiBackend:
 
     @staticmethod
     def _lean_outputs(plan: _Plan, out, n: int, new_output):
-        """The C forms' outputs: fresh (``new_output(shape)``), or ``out=`` for a single
-        output (checked by the C form); None when ``out=`` is given for several."""
+        """The C forms' outputs: fresh (``new_output(shape)``; ``n`` -1: one state, no batch
+        axis), or ``out=`` for a single output (checked by the C form); None when ``out=`` is
+        given for several."""
         if out is None:
-            return tuple([new_output((n, *s)) for s in plan.out_shapes])
+            return tuple([new_output((n, *s) if n >= 0 else s) for s in plan.out_shapes])
         return (out,) if plan.n_out == 1 else None
 
     def _numpy_fast(self, plan: _Plan, args, out):
-        """The lean numpy path: a batch of C-contiguous arrays of the handle's dtype, passed
-        positionally (params at their defaults), optional ``out=`` for a single output.  NaN
-        and inf are caught by the library while it stages the inputs.  Anything else: the
-        general path."""
+        """The lean numpy path: a batch of C-contiguous arrays of the handle's dtype, or one
+        state (each input without its batch axis: a batch of one), passed positionally (params
+        at their defaults), optional ``out=`` for a single output.  NaN and inf are caught by
+        the library while it stages the inputs.  Anything else: the general path."""
         x0 = args[0]
-        if x0.ndim != plan.rank or len(args) > plan.n_state:
+        if len(args) > plan.n_state:
             return _FALLBACK
-        n = x0.shape[0]
+        one = x0.ndim == plan.rank - 1  # one state: the C form's batch size -1
+        if not one and x0.ndim != plan.rank:
+            return _FALLBACK
+        n = -1 if one else x0.shape[0]
         if n == 0:
             return _FALLBACK
         dt = plan.dtype
@@ -466,6 +470,15 @@ class AbiBackend:
             err = fc.host(*plan.fast_head, n, outs, plan.out_shapes, args, plan.state_shapes, plan.required)
             if err is None:
                 return _FALLBACK
+        elif one:  # the Python form: views of a batch of one
+            if any(type(x) is not np.ndarray for x in args if x is not None) or \
+                    out is not None and type(out) is not np.ndarray:
+                return _FALLBACK
+            batch = self._numpy_fast(plan, tuple(None if x is None else x[None] for x in args),
+                                     None if out is None else out[None])
+            if batch is _FALLBACK or out is not None:
+                return batch if batch is _FALLBACK else out
+            return batch[0] if plan.n_out == 1 else tuple(b[0] for b in batch)
         else:
             def address(x, shape, writable):
                 if type(x) is not np.ndarray or x.dtype != dt or not x.flags.c_contiguous or x.shape != shape or \

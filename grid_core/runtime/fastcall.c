@@ -8,7 +8,8 @@
  *   entry       address of int grid_abi_<alg>_<f32|f64>_host_packed(const uint64_t *)
  *   template    address of the plan's nwords prefilled words (params, launch settings)
  *   outs, ins   tuples of arrays (ins may be shorter than in_shapes; None = not given)
- *   n           the batch size: every array is (n, *shape)
+ *   n           the batch size: every array is (n, *shape); -1: one state, every array
+ *               (*shape), without the batch axis (the entry is called with a batch of one)
  *   *_shapes    tuples of per-state shapes
  *   required    tuple of bools, one per state input
  * Returns the entry's return code, or None when an array does not fit (wrong type, dtype,
@@ -31,7 +32,8 @@
 
 typedef int (*packed_entry)(const uint64_t *);
 
-/* One array as (n, *shape) of the given item format, C-contiguous; 1 on success (view held). */
+/* One array as (n, *shape) of the given item format, C-contiguous (n -1: as (*shape)); 1 on
+ * success (view held). */
 static int take(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n, PyObject *shape, Py_ssize_t itemsize,
                 char format) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
@@ -39,11 +41,12 @@ static int take(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n, PyOb
         PyErr_Clear();
         return 0;
     }
-    Py_ssize_t dims = PyTuple_GET_SIZE(shape);
+    Py_ssize_t dims = PyTuple_GET_SIZE(shape), batch = n < 0 ? 0 : 1;
     int ok = view->itemsize == itemsize && view->format != NULL && view->format[0] == format &&
-             view->format[1] == '\0' && view->ndim == dims + 1 && view->shape[0] == n && view->len > 0;
+             view->format[1] == '\0' && view->ndim == dims + batch && (n < 0 || view->shape[0] == n) &&
+             view->len > 0;
     for (Py_ssize_t k = 0; ok && k < dims; ++k) {
-        ok = view->shape[k + 1] == PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, k));
+        ok = view->shape[k + batch] == PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, k));
     }
     if (!ok) {
         PyBuffer_Release(view);
@@ -109,10 +112,10 @@ static PyObject *input_at(Call *c, Py_ssize_t i, int *fits) {
     return NULL;
 }
 
-/* Calls the entry with the batch size in its word, the GIL released. */
+/* Calls the entry with the batch size in its word (one state: 1), the GIL released. */
 static int call_entry(Call *c) {
     int err;
-    c->words[c->n_index] = (uint64_t)c->n;
+    c->words[c->n_index] = (uint64_t)(c->n < 0 ? 1 : c->n);
     Py_BEGIN_ALLOW_THREADS
     err = c->entry(c->words);
     Py_END_ALLOW_THREADS
@@ -133,7 +136,7 @@ static PyObject *host(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     char fmt = (char)PyUnicode_READ_CHAR(format, 0);
     Py_buffer views[MAX_ARRAYS];
     Py_ssize_t held = 0;
-    int fits = c.n > 0;
+    int fits = c.n > 0 || c.n == -1;
     for (Py_ssize_t i = 0; fits && i < c.n_state; ++i) {
         PyObject *x = input_at(&c, i, &fits);
         if (x == NULL) continue;

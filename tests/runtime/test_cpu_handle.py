@@ -51,7 +51,7 @@ def state_inputs(alg, robot, rng, n=N, optional=True) -> dict:
 
 @pytest.mark.parametrize("algorithm", EMITTED)
 @pytest.mark.parametrize("name", CODEGEN_ROBOTS)
-def test_cpu_handle_equals_the_reference(name, algorithm, rng):
+def test_cpu_handle_equals_the_reference(name, algorithm, rng, general_calls):
     robot = load(name)
     alg = grid_core.algorithms()[algorithm]
     ref, handle = getattr(Reference(robot), algorithm), getattr(cpu(name), algorithm)
@@ -59,7 +59,9 @@ def test_cpu_handle_equals_the_reference(name, algorithm, rng):
         x = state_inputs(alg, robot, rng, optional=optional)
         assert_close(handle(**x), ref(**x), TOL[np.float64], f"{name} {algorithm} optional={optional}")
     x = state_inputs(alg, robot, rng, n=None)  # one state, positionally: the lean path
+    calls = general_calls(cpu(name))
     out = handle(*x.values())
+    assert calls == [], "one state took the general path"
     assert_close(out, ref(*x.values()), TOL[np.float64], f"{name} {algorithm} one state")
     assert out.shape == alg.outputs(robot)[0].shape
 

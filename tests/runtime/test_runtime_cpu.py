@@ -209,7 +209,8 @@ def test_the_c_call_path_builds_here():
 @pytest.mark.parametrize("path", ["c", "python"])
 def test_lean_numpy_path_is_taken_and_right(path, rng, monkeypatch, general_calls):
     """Positional C-contiguous arrays of the handle's dtype never reach the general path;
-    read-only inputs and out= included.  Anything else does, with the same answer."""
+    read-only inputs, out= and one state without its batch axis included.  Anything else
+    does, with the same answer."""
     from grid_core.errors import InputError
 
     robot = load("iiwa14")
@@ -230,7 +231,25 @@ def test_lean_numpy_path_is_taken_and_right(path, rng, monkeypatch, general_call
     out = np.full((10, robot.nv), np.nan)
     assert emu.inverse_dynamics(q, qd, qdd, out=out) is out
     assert_close(out, expected, 1e-9)
+    # one state (no batch axis): the lean path too, on a batch of one
+    one = emu.inverse_dynamics(q[3], qd[3], qdd[3])
+    assert one.shape == (robot.nv,)
+    assert_close(one, expected[3], 1e-9)
+    out_one = np.full(robot.nv, np.nan)
+    assert emu.inverse_dynamics(q[3], qd[3], qdd[3], out=out_one) is out_one
+    assert_close(out_one, expected[3], 1e-9)
     assert calls == []
+    # one state that the batch of one refuses: the general path, which names the problem
+    bad = q[3].copy()
+    bad[2] = np.nan
+    with pytest.raises(InputError, match="'q'|q"):
+        emu.inverse_dynamics(bad, qd[3], qdd[3], out=out_one)
+    assert_close(out_one, expected[3], 1e-9)  # left as it was
+    strided = np.repeat(q[3], 2)[::2]  # one state, not contiguous
+    assert not strided.flags.c_contiguous
+    assert_close(emu.inverse_dynamics(strided, qd[3], qdd[3]), expected[3], 1e-9)
+    assert len(calls) == 2
+    calls.clear()
     # a strided view, a float32 array, a keyword argument: the general path, same answer
     wide = np.zeros((10, 2 * robot.nq))
     wide[:, ::2] = q
