@@ -476,8 +476,10 @@ class AbiBackend:
                 return _FALLBACK
             batch = self._numpy_fast(plan, tuple(None if x is None else x[None] for x in args),
                                      None if out is None else out[None])
-            if batch is _FALLBACK or out is not None:
-                return batch if batch is _FALLBACK else out
+            if batch is _FALLBACK:
+                return _FALLBACK
+            if out is not None:
+                return out
             return batch[0] if plan.n_out == 1 else tuple(b[0] for b in batch)
         else:
             def address(x, shape, writable):
