@@ -269,7 +269,12 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
               "states 170 us, 1.12x the memory floor; 909 instructions a warp at N=4096 against 2873 "
               "with the block-staged kernel), plain below, its launch spread over every SM (H200 float32, "
               "graph replay over the empty kernel's: iiwa14 <= 1.5 us for N <= 16384; hyq 1.2 at 1024, "
-              "1.6 at 4096, 3.0-3.4 at 16384, where the 9.4 MB of M alone take 2.2 us at 4.3 TB/s)",
+              "1.6 at 4096, 3.0-3.4 at 16384, where the 9.4 MB of M alone take 2.2 us at 4.3 TB/s). "
+              "Robots too large to stage whole (32 states' M over 48 KB: atlas, g1) take the ring kernel "
+              "from CRBA_RING_MIN_N states (grid_core.emit.ring: each warp's outputs through 256 slots of "
+              "shared memory, flushed as runs of consecutive entries); H200 float32 kernel us, plain / ring: "
+              "atlas N=65536 1601 / 319, 262144 6727 / 1183; g1 4133 86.7 / 51.8, 16384 499 / 152, 262144 "
+              "10559 / 2217",
     )
     emitter = CrbaEmitter
 

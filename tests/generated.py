@@ -151,3 +151,30 @@ def check_staged_batch(kind: str, name: str, algorithm: str, rng) -> None:
         out = getattr(backend(kind, name, False, dtype), algorithm)(q)
         assert out.shape == (n, robot.nv, robot.nv)
         assert_close(out[pick], expected, TOL[dtype], f"{name} {algorithm} {np.dtype(dtype).name} N={n}")
+
+
+def check_ring_batch(kind: str, name: str, algorithm: str, rng) -> None:
+    """``algorithm``'s (an nv x nv output) generated code on robot ``name``, whose outputs are too
+    large to stage whole, on a batch past the ring threshold (grid_core.emit.ring; the header's
+    ``<ALG>_RING_MIN_N``): the per-state kernel's outputs through each warp's ring of shared
+    memory, whole warps of 32 states, then a partial one (37 states past a multiple of 32).
+    States at both ends and in the middle equal the Reference, in both precisions; outputs start
+    as NaN (an entry no flush writes fails)."""
+    import re
+
+    from grid_core import Reference
+    from grid_core.testing import assert_close, random_state
+
+    from grid_core.composer import generate
+
+    robot = load(name)
+    found = re.search(rf"static constexpr int {algorithm.upper()}_RING_MIN_N = (\d+);", generate(robot, [algorithm]))
+    assert found, f"{name}: {algorithm} has no ring kernel (its outputs fit the staged kernel?)"
+    n = int(found.group(1)) // 32 * 32 + 37
+    pick = np.r_[0:40, n // 2 - 20:n // 2 + 20, n - 40:n]
+    q = random_state(robot, rng, n)[0]
+    expected = getattr(Reference(robot), algorithm)(q[pick])
+    for dtype in (np.float64, np.float32):
+        out = getattr(backend(kind, name, False, dtype).with_launch(layout="per_state"), algorithm)(q)
+        assert out.shape == (n, robot.nv, robot.nv)
+        assert_close(out[pick], expected, TOL[dtype], f"{name} {algorithm} {np.dtype(dtype).name} N={n} (ring)")

@@ -12,7 +12,9 @@ the same way for every algorithm:
   arena plan, loads XImats once (when the inner needs it), calls the inner;
 * ``X_kernel<T, RESOURCE_TIER>``: loads, per-tier dispatch with each rung's own flags,
   grid-stride loop over the batch;
-* ``X_state`` / ``X_per_state_kernel`` (and ``X_per_state_staged_kernel`` on request);
+* ``X_state`` / ``X_per_state_kernel`` (and ``X_per_state_staged_kernel`` on request, with
+  ``X_state_ring`` / ``X_per_state_ring_kernel`` where the outputs are too large to stage whole:
+  :mod:`.ring`);
 * ``X_resolve_layout``, the attribute opt-in, ``X_workspace_bytes``, ``X_launch_strided``,
   ``X_launch`` (the C ABI's convention) and the host ``X(hd_data, ...)`` wrapper.
 
@@ -34,6 +36,7 @@ from ..arena import ArenaPlan, ArenaRegion, Tier, padded
 from ..errors import CodegenError
 from . import arena_emit
 from . import nodes as n
+from . import ring
 from .signature import Call, Launch, Param, Signature, TemplateParam
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,6 +86,10 @@ MAPPED_MAX_WORK = 4_000_000
 # 16 states: staging adds its barrier-bound passes and saves little bus traffic), B = 256 27.7 /
 # 17.1, B = 1024 74.1 / 19.4 (Minv: 14.4 / 15.0, 28.9 / 15.4, 63.3 / 18.8); 64 lies between.
 MAPPED_STAGE_MIN_N = 64
+# Batches from which a robot too large to stage whole takes the ring kernel (grid_core.emit.ring)
+# unless its tuning says otherwise.  H200, float32, atlas Minv, plain / ring: N = 1024 32.6 / 55.9 us,
+# 4096 73.7 / 57.4, 16384 326 / 137.
+RING_MIN_N = 4096
 
 
 def xi_region(robot) -> ArenaRegion:
@@ -245,6 +252,19 @@ class Layers:
                     attributes=(f"__launch_bounds__({self.pfx}_PER_STATE_THREADS, {self.pfx}_PER_STATE_MIN_BLOCKS)"
                                 if self.emitter.min_blocks(self.ctx) > 1 else
                                 f"__launch_bounds__({self.pfx}_PER_STATE_THREADS)"))
+                if self.ring_plan is not None:
+                    self.ring_state = Signature(
+                        f"{self.name}_state_ring",
+                        [Param("T *", "tile"), *[Param("T *", p.name) for p in self.outputs],
+                         *[Param("const T *", p.name) for p in self.states], *self._param_params(),
+                         Param("const int", "lane"), Param("const int", "width"), Param("const unsigned", "mask"),
+                         Param("const int", "count")],
+                        "__device__ __forceinline__", template=[T, *self.use_defaults])
+                    self.ring_kernel = Signature(
+                        f"{self.name}_per_state_ring_kernel",
+                        [*k_out, *k_in, *self._param_params(), Param("const int", "num_timesteps")],
+                        "__global__", template=[T, *use],
+                        attributes=f"__launch_bounds__({self.pfx}_PER_STATE_THREADS, {self.pfx}_PER_STATE_MIN_BLOCKS)")
         cfg = [Param("const int", "num_timesteps"), Param("LaunchConfig", "cfg"), Param("T *", "d_workspace"),
                Param("size_t", "workspace_bytes"), Param("cudaStream_t", "stream")]
         self.launch_strided = Signature(f"{self.name}_launch_strided", [*k_out, *k_in, *self._param_params(), *cfg],
@@ -258,6 +278,29 @@ class Layers:
             f"{self.name}_workspace_bytes", [Param("int", "num_timesteps"), Param("LaunchConfig", "cfg", "LaunchConfig()")],
             "__host__", "size_t", template=[T])
         self.host = self._host_signature()
+
+    @property
+    def state_nodes(self) -> list:
+        """The emitter's per-state body (built once: the plain and the ring state functions share it)."""
+        if not hasattr(self, "_state_nodes"):
+            self._state_nodes = list(self.emitter.state_body(self))
+        return self._state_nodes
+
+    @property
+    def ring_plan(self) -> "ring.RingPlan | None":
+        """The ring schedule of the per-state outputs (:mod:`.ring`), for a staged algorithm with one
+        output too large for a warp's 32 states to stage whole in 48 KB, in float32; else None."""
+        if not hasattr(self, "_ring_plan"):
+            self._ring_plan = None
+            if self.has_state and self.emitter.staged and len(self.outputs) == 1:
+                p = self.outputs[0]
+                row = sum(_staged_stride(x) for x in (*self.smem_inputs, p))
+                if 48 * 1024 // (row * 4) < 32:
+                    self._ring_plan = ring.plan(
+                        self.state_nodes, p.name, _size(p),
+                        lambda g0, g1: n.Stmt(f"grid_ring_flush<T>({p.name}, tile, {self.pfx}_RING_TABLE, {g0}, {g1}, "
+                                              f"{_size(p)}, lane, width, mask, count)"))
+        return self._ring_plan
 
     def _port(self, name: str):
         for p in self.states:
@@ -346,11 +389,15 @@ class Layers:
                          n.Stmt(f"return fit < {self.pfx}_PER_STATE_THREADS ? fit : {self.pfx}_PER_STATE_THREADS")],
                         template="template <typename T>"),
                 ]
+                if self.ring_plan is not None:
+                    out += self._ring_constants()
         out += [n.Blank(), self._inner_fn(), n.Blank(), self._device_fn(), n.Blank(), self._kernel_fn()]
         if self.has_state:
             out += [n.Blank(), self._state_fn(), n.Blank(), self._per_state_kernel_fn()]
             if em.staged:
                 out += [n.Blank(), self._staged_kernel_fn()]
+            if self.ring_plan is not None:
+                out += [n.Blank(), self._ring_state_fn(), n.Blank(), self._ring_kernel_fn()]
         out += [n.Blank(), *self._launcher_fns()]
         host = self._host_fn()
         if host is not None:
@@ -479,7 +526,7 @@ class Layers:
     def _state_fn(self) -> n.Function:
         doc = (f"{self.alg.summary}: one state in one thread, straight-line code, robot constants\n"
                "folded (the per-state layout).  Pointers may point anywhere; no shared memory.")
-        return n.Function(self.state, self.emitter.state_body(self), doc=doc)
+        return n.Function(self.state, self.state_nodes, doc=doc)
 
     def _state_args(self, index: str, staged: bool = False) -> dict:
         args = {}
@@ -619,11 +666,7 @@ class Layers:
                  [x for p in self.outputs for x in self._store_share(p, False)]),
         ]
         return n.Function(self.staged_kernel, [
-            n.Stmt("GRID_DYNAMIC_SMEM(smem)"),
-            n.Stmt("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32"),
-            n.Stmt("const int width = int(blockDim.x) - 32 * warp < 32 ? int(blockDim.x) - 32 * warp : 32",
-                   comment="this warp's threads: its states a round"),
-            n.Stmt("const unsigned mask = width == 32 ? 0xffffffffu : (1u << width) - 1u"),
+            *_warp_prologue(),
             n.Comment("this warp's rows of the block's shared memory"),
             *carve,
             *[x for p in staged if _period(p) for x in _offset_table(p)],
@@ -636,6 +679,50 @@ class Layers:
             "(contiguous when packed).  A whole warp of states (count 32) takes constant strides and no\n"
             "bounds checks; a partial one (the batch's end, a block under 32 threads, host emulation's\n"
             "one thread) checks each value.  Inputs read in place stay in place."))
+
+    def _ring_constants(self) -> list:
+        plan, pfx = self.ring_plan, self.pfx
+        min_n = int(self.ctx.tuning.get("per_state_ring_min_n", RING_MIN_N))
+        source = "measured on the GPU" if "per_state_ring_min_n" in self.ctx.tuning else "default, not yet measured"
+        groups = len(plan.table) // ring.GROUP
+        rows = [", ".join(str(x) for x in plan.table[k:k + 8]) for k in range(0, len(plan.table), 8)]
+        return [
+            n.Comment(f"Too large to stage whole: the per-state outputs go through each warp's ring of {ring.SLOTS} slots\n"
+                      f"(grid_core.emit.ring), for batches of at least {pfx}_RING_MIN_N states ({source})."),
+            n.Stmt(f"static constexpr int {pfx}_RING_SLOTS = {ring.SLOTS}"),
+            n.Stmt(f"static constexpr int {pfx}_RING_MIN_N = {min_n}"),
+            n.Comment(f"The ring's {groups} flush groups ({plan.flushes} flushes), 32 entries each: output index | slot << 16\n"
+                      "(0xffff: none)."),
+            n.Raw(f"static __device__ const unsigned int {pfx}_RING_TABLE[{len(plan.table)}] = {{\n"
+                  + ",\n".join(f"    {r}" for r in rows) + "};"),
+        ]
+
+    def _ring_state_fn(self) -> n.Function:
+        doc = (f"{self.alg.summary}: one state in one thread, as {self.state.name}, its outputs through\n"
+               "the warp's ring (tile: slot s of lane t at s * 33 + t) and flushed by the warp together, for the\n"
+               "count states from the output pointer on.  Every lane of the warp calls it (a spare lane on a\n"
+               "repeated state): the flushes sync the warp.")
+        return n.Function(self.ring_state, list(self.ring_plan.body), doc=doc)
+
+    def _ring_kernel_fn(self) -> n.Function:
+        args = self._state_args("k")
+        for p in self.outputs:
+            args[p.name] = f"&d_{p.name}[size_t(base) * {_size(p)}]"
+        args.update(tile="tile", lane="lane", width="width", mask="mask", count="count")
+        call = self.ring_state.call(args, self._use_template())
+        return n.Function(self.ring_kernel, [
+            *_warp_prologue(),
+            n.Stmt(f"T *tile = reinterpret_cast<T *>(smem) + warp * {self.pfx}_RING_SLOTS * {ring.RING_PAD}",
+                   comment="this warp's ring"),
+            n.Comment("the loop bound is uniform over the warp: every lane reaches every flush"),
+            n.For("int base = blockIdx.x * blockDim.x + 32 * warp", "base < num_timesteps",
+                  "base += gridDim.x * blockDim.x", [
+                      n.Stmt("const int count = num_timesteps - base < width ? num_timesteps - base : width"),
+                      n.Stmt("const int k = base + (lane < count ? lane : count - 1)",
+                             comment="a spare lane repeats the last state (its values never stored)"),
+                      call])],
+            doc=("Per-state layout with the outputs through each warp's ring of shared memory (a robot whose\n"
+                 "outputs are too large to stage whole): one thread per state, the warp's states a round."))
 
     # -- host layer ------------------------------------------------------------------
 
@@ -734,6 +821,8 @@ class Layers:
                         n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
                         n.Stmt(f"const size_t smem = size_t(threads) * {pfx}_STAGED_ROW * sizeof(T)"),
                         *staged, n.Stmt("return cudaPeekAtLastError()")]))
+                if self.ring_plan is not None:
+                    branch.append(self._ring_launch())
                 branch.append(n.Raw("#endif"))
             body.append(n.If(f"{name}_resolve_layout(num_timesteps, cfg.layout) == LAYOUT_PER_STATE", [
                 *branch,
@@ -768,6 +857,32 @@ class Layers:
             "values or nullptr for the default), then the batch, the config and the workspace.  Device\n"
             "pointers, contiguous (N, ...) arrays; a null input where allowed is zero or absent."))
         return [resolve, attr, ws, strided, plain]
+
+    def _ring_launch(self) -> n.If:
+        pfx = self.pfx
+        rargs = {p.name: p.name for p in self.ring_kernel.params}
+        ring_bytes = f"{pfx}_RING_SLOTS * {ring.RING_PAD} * sizeof(T)"
+        launches = []
+        for cond, t in self._combos():
+            kernel = f"{self.ring_kernel.name}<{', '.join(['T', *t.values()])}>"
+            launches.append(n.If(cond or "true", [
+                n.Stmt(f"const cudaError_t err = cudaFuncSetAttribute({kernel}, "
+                       "cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))"),
+                n.If("err != cudaSuccess", [n.Stmt("return err")]),
+                Launch(self.ring_kernel.call(rargs, {"T": "T", **t}), "blocks", "threads", "smem")]))
+        return n.If(
+            f"(cfg.stage_io || num_timesteps >= {pfx}_RING_MIN_N) && {pfx}_STAGED_THREADS<T>() == 0 && "
+            f"cfg.threads <= {pfx}_PER_STATE_THREADS", [
+                n.Comment("too large to stage whole: through each warp's ring, as many warps a block as the "
+                          "device's\nshared memory holds (at most the per-state block)"),
+                n.Stmt(f"const int fit = int(grid_get_max_dynamic_shared_memory_bytes() / ({ring_bytes})) * 32"),
+                n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : fit < {pfx}_PER_STATE_THREADS ? fit : "
+                       f"{pfx}_PER_STATE_THREADS"),
+                n.If("threads > 0 && (threads + 31) / 32 * 32 <= fit", [
+                    n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
+                    n.Stmt(f"const size_t smem = size_t((threads + 31) / 32) * {ring_bytes}"),
+                    *launches,
+                    n.Stmt("return cudaPeekAtLastError()")])])
 
     def _host_parts(self):
         """``(third input, its flag)`` of the gridData wrapper, or None when the algorithm's state
@@ -899,6 +1014,16 @@ class Layers:
                + (f"\n{third_flag}: read the {third} input (else zero)." if third_flag else "")
                + "\nBlock-layout batches run with the given block and thread dims.")
         return n.Function(sig, body, doc=doc)
+
+
+def _warp_prologue() -> list:
+    """The dynamic shared memory and the warp's place of a kernel whose warps each work on their own
+    32 states (the staged and ring kernels): lane, warp, the warp's threads and their sync mask."""
+    return [n.Stmt("GRID_DYNAMIC_SMEM(smem)"),
+            n.Stmt("const int lane = threadIdx.x % 32, warp = threadIdx.x / 32"),
+            n.Stmt("const int width = int(blockDim.x) - 32 * warp < 32 ? int(blockDim.x) - 32 * warp : 32",
+                   comment="this warp's threads: its states a round"),
+            n.Stmt("const unsigned mask = width == 32 ? 0xffffffffu : (1u << width) - 1u")]
 
 
 def _staged_stride(p) -> int:

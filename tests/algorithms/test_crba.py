@@ -16,7 +16,7 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.generated import BACKENDS, TOL, backend, backend_cases, check_staged_batch, launches
+from tests.generated import BACKENDS, TOL, backend, backend_cases, check_ring_batch, check_staged_batch, launches
 
 N = 5
 CASES = backend_cases()
@@ -59,3 +59,10 @@ def test_large_batch_grid_stride(kind, rng):
 def test_staged_batch(kind, name, rng):
     """A batch from the measured staging threshold on (tests.generated.check_staged_batch)."""
     check_staged_batch(kind, name, "crba", rng)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("name", ["atlas", "g1"])
+def test_ring_batch(kind, name, rng):
+    """A batch past the ring threshold on robots too large to stage whole (tests.generated.check_ring_batch)."""
+    check_ring_batch(kind, name, "crba", rng)

@@ -28,6 +28,7 @@ from tests.generated import (
     assert_solves,
     backend,
     backend_cases,
+    check_ring_batch,
     check_staged_batch,
     launches,
 )
@@ -95,3 +96,10 @@ def test_per_state_column_frames(name, frame, rng):
 def test_staged_batch(kind, name, rng):
     """A batch from the measured staging threshold on (tests.generated.check_staged_batch)."""
     check_staged_batch(kind, name, "minv", rng)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("name", ["atlas", "g1"])
+def test_ring_batch(kind, name, rng):
+    """A batch past the ring threshold on robots too large to stage whole (tests.generated.check_ring_batch)."""
+    check_ring_batch(kind, name, "minv", rng)

@@ -1,0 +1,131 @@
+"""The per-state outputs through each warp's ring of shared memory (the ring schedule).
+
+A per-state kernel writes its state's outputs one value at a time; with one state a thread,
+each store instruction of a warp writes 32 states' values, each on its own line (a large
+output, nv^2 for an inverse inertia, is then 32 x nv^2 line writes a warp).  The staged kernel
+coalesces them by holding every output of the warp's 32 states in shared memory, which a
+large robot's outputs do not fit (atlas: 32 x 900 floats, 115 KB a warp).  The ring schedule
+needs only ``slots`` values a state: each output value goes to a slot of the warp's ring as it
+is computed (lane = state, conflict-free), and whenever the ring is full the warp writes what
+it holds to global memory as contiguous runs of each state's output (lanes over a run's
+entries, one state after another: a store instruction covers a few lines, not 32).
+
+The schedule is planned here, at generation time, from the straight-line per-state code: the
+slot of every value, and a table of flush groups (32 entries each: output index and slot) that
+``grid_ring_flush`` (prelude.cuh) walks.  H200, float32, atlas Minv at N = 16384: 326 us with
+the per-thread stores, 137 with a ring of 256 slots (128 slots: 165; every store coalesced, a
+layout the outputs' contract does not allow: 56).
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from . import nodes as n
+from .expr import _text
+
+SLOTS = 256
+"""Values a state the ring holds (a warp's ring: SLOTS x RING_PAD values of T)."""
+RING_PAD = 33
+"""Values between two slots' rows: 32 states and one of padding (odd: no bank conflicts)."""
+GROUP = 32
+"""Entries of a flush group: one per lane."""
+MIN_RUN_SPLIT = 8
+"""A run longer than a group's room is split only where at least this much room is left (shorter
+pieces cost a store instruction a state for few values); else it starts the next group."""
+NONE = 0xFFFF
+"""A table entry's output index where the lane has nothing to write."""
+
+
+@attrs.frozen
+class RingPlan:
+    """The per-state body with its output stores sent to ring slots, and the flush table."""
+
+    body: tuple
+    """The state body's nodes, each output store ``out[i] = v`` now ``tile[slot * RING_PAD + lane] = v``
+    and a ``grid_ring_flush`` wherever the ring is full (and at the end)."""
+    table: tuple[int, ...]
+    """``GROUP`` entries a group: ``index | slot << 16`` (``NONE`` in the index: no entry)."""
+    flushes: int
+    """Flush points in the body."""
+
+
+def groups_of(pending: dict[int, int]) -> list[list[int]]:
+    """The output indices held in the ring (``pending``: index -> slot) as flush groups of at most
+    ``GROUP`` indices: maximal runs of consecutive indices, packed in index order, a run split
+    only where the group's room is at least ``MIN_RUN_SPLIT`` (or the run is longer than a group)."""
+    runs: list[list[int]] = []
+    for i in sorted(pending):
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    groups: list[list[int]] = []
+    group: list[int] = []
+    for run in runs:
+        while run:
+            room = GROUP - len(group)
+            if len(run) <= room:
+                group, run = group + run, []
+            elif room >= MIN_RUN_SPLIT:
+                group, run = group + run[:room], run[room:]
+            else:
+                groups.append(group)
+                group = []
+                continue
+            if len(group) == GROUP:
+                groups.append(group)
+                group = []
+    if group:
+        groups.append(group)
+    return groups
+
+
+def plan(body: list, out: str, size: int, flush_call, slots: int = SLOTS) -> RingPlan | None:
+    """The ring schedule of a straight-line per-state ``body`` whose output array ``out`` (``size``
+    values) is written by top-level statements ``out[<constant>] = <expression>``, each index
+    exactly once, and never read; None where the body is not of that form (the plain and staged
+    kernels remain).  ``flush_call(g0, g1)`` gives the statement that flushes groups g0 .. g1 - 1."""
+    if size >= NONE or slots >= 1 << 16:
+        return None
+    store = re.compile(rf"^{re.escape(out)}\[(\d+)\] = (.*)$", re.S)
+    mention = re.compile(rf"\b{re.escape(out)}\b")
+    written: set[int] = set()
+    new: list = []
+    table: list[int] = []
+    pending: dict[int, int] = {}
+    flushes = 0
+
+    def flush() -> None:
+        nonlocal flushes
+        if not pending:
+            return
+        g0 = len(table) // GROUP
+        for group in groups_of(pending):
+            table.extend([i | pending[i] << 16 for i in group] + [NONE] * (GROUP - len(group)))
+        new.append(flush_call(g0, len(table) // GROUP))
+        pending.clear()
+        flushes += 1
+
+    for node in body:
+        m = store.match(node.text) if isinstance(node, n.Stmt) else None
+        if m is None:
+            if mention.search(_text(node)):
+                return None  # read, or written where the schedule cannot see it
+            new.append(node)
+            continue
+        index, value = int(m.group(1)), m.group(2)
+        if index >= size or index in written or mention.search(value):
+            return None
+        written.add(index)
+        if len(pending) == slots:
+            flush()
+        slot = len(pending)
+        pending[index] = slot
+        new.append(n.Stmt(f"tile[{slot * RING_PAD} + lane] = {value}", comment=node.comment))
+    if len(written) != size:
+        return None  # an output the code never writes (the plain kernel leaves it as it was)
+    flush()
+    return RingPlan(tuple(new), tuple(table), flushes)

@@ -1,0 +1,45 @@
+"""The ring schedule of the per-state outputs (grid_core.emit.ring), on hand-built bodies: the
+slots and flush table a small body gets, derived by hand, and the bodies it refuses."""
+
+from __future__ import annotations
+
+from grid_core.emit import nodes as n
+from grid_core.emit import ring
+
+
+def flush_call(g0, g1):
+    return n.Stmt(f"flush({g0}, {g1})")
+
+
+def test_groups_pack_runs_in_index_order():
+    pending = {10: 0, 0: 1, 1: 2, 2: 3}
+    assert ring.groups_of(pending) == [[0, 1, 2, 10]]
+    # a run longer than a group is split at the group's size; a short room starts a new group
+    long = {i: i for i in range(40)}
+    assert ring.groups_of(long) == [list(range(32)), list(range(32, 40))]
+    runs = {**{i: i for i in range(28)}, **{100 + i: 28 + i for i in range(10)}}
+    assert ring.groups_of(runs) == [list(range(28)), [100 + i for i in range(10)]]
+
+
+def test_plan_slots_and_table():
+    body = [n.Stmt("const T t1 = q[0] * q[1]"), n.Stmt("M[2] = t1"), n.Stmt("M[0] = q[0]"),
+            n.Stmt("M[1] = -t1"), n.Comment("end")]
+    plan = ring.plan(body, "M", 3, flush_call, slots=2)
+    pad = ring.RING_PAD
+    assert [x.text for x in plan.body if isinstance(x, n.Stmt)] == [
+        "const T t1 = q[0] * q[1]", f"tile[{0 * pad} + lane] = t1", f"tile[{1 * pad} + lane] = q[0]",
+        "flush(0, 1)",  # the ring full: M[0] (slot 1) and M[2] (slot 0), one group in index order
+        f"tile[{0 * pad} + lane] = -t1", "flush(1, 2)"]
+    none = [ring.NONE] * 30
+    assert plan.table == (0 | 1 << 16, 2 | 0 << 16, *none, 1 | 0 << 16, *none, ring.NONE)
+    assert plan.flushes == 2
+
+
+def test_plan_refuses_what_it_cannot_schedule():
+    ok = [n.Stmt("M[0] = a"), n.Stmt("M[1] = b")]
+    assert ring.plan(ok, "M", 2, flush_call) is not None
+    assert ring.plan([*ok, n.Stmt("x = M[0]")], "M", 2, flush_call) is None  # read back
+    assert ring.plan([n.Stmt("M[0] = a"), n.Stmt("M[0] = b")], "M", 2, flush_call) is None  # twice
+    assert ring.plan([n.Stmt("M[0] = a")], "M", 2, flush_call) is None  # M[1] never written
+    assert ring.plan([n.Stmt("M[0] = M[1] + a"), n.Stmt("M[1] = b")], "M", 2, flush_call) is None
+    assert ring.plan([n.If("c", [n.Stmt("M[0] = a")]), n.Stmt("M[1] = b")], "M", 2, flush_call) is None
