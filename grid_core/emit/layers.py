@@ -298,8 +298,8 @@ class Layers:
                 if 48 * 1024 // (row * 4) < 32:
                     self._ring_plan = ring.plan(
                         self.state_nodes, p.name, _size(p),
-                        lambda g0, g1: n.Stmt(f"grid_ring_flush<T>({p.name}, tile, {self.pfx}_RING_TABLE, {g0}, {g1}, "
-                                              f"{_size(p)}, lane, width, mask, count)"))
+                        lambda g0, g1: n.Stmt(f"grid_ring_flush<T, {_size(p)}>({p.name}, tile, {self.pfx}_RING_TABLE, {g0}, {g1}, "
+                                              "lane, width, mask, count)"))
         return self._ring_plan
 
     def _port(self, name: str):

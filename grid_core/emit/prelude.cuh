@@ -573,27 +573,36 @@ template <typename T> __host__ __device__ constexpr int grid_store_chunk() { ret
 // One flush of a per-state kernel's output ring (grid_core.emit.ring): groups g0 .. g1 - 1 of the
 // table, 32 entries a group (output index | slot << 16; index 0xffff: nothing).  Entry l of a group
 // is the lane l's (l, l + width, ... in a warp of width threads under 32), which writes that
-// value of each of the warp's count states: one store instruction a state covers the group's
-// runs of consecutive outputs.  tile: the warp's ring, slot s of state t at s * 33 + t.  Not
-// inlined on the GPU: one copy of the loop serves every flush point of the straight-line code.
+// value of each of the warp's count states (SIZE outputs a state): one store instruction a state
+// covers the group's runs of consecutive outputs.  tile: the warp's ring, slot s of state t at
+// s * 33 + t.  A whole warp's 32 values of an entry are all loaded before any is stored (one
+// shared-memory latency an entry, not one a state).  Not inlined on the GPU: one copy of the loop
+// serves every flush point of the straight-line code.
 #ifdef GRID_HOST_EMULATION
 #define GRID_RING_NOINLINE inline
 #else
 #define GRID_RING_NOINLINE __noinline__
 #endif
-template <typename T>
-__device__ GRID_RING_NOINLINE void grid_ring_flush(T *out, const T *tile, const unsigned *table, int g0, int g1,
-                                                   int size, int lane, int width, unsigned mask, int count) {
+template <typename T, int SIZE>
+__device__ GRID_RING_NOINLINE void grid_ring_flush(T *__restrict__ out, const T *__restrict__ tile,
+                                                   const unsigned *__restrict__ table, int g0, int g1, int lane,
+                                                   int width, unsigned mask, int count) {
     __syncwarp(mask);  // every lane's values in its slots
     for (int g = g0; g < g1; ++g) {
         for (int l = lane; l < 32; l += width) {
             const unsigned e = table[g * 32 + l];
             const int o = int(e & 0xffffu);
-            if (o != 0xffff) {
-                const T *t = tile + int(e >> 16) * 33;
-                T *d = out + o;
-                #pragma unroll 4
-                for (int s = 0; s < count; ++s) d[size_t(s) * size] = t[s];
+            if (o == 0xffff) continue;
+            const T *t = tile + int(e >> 16) * 33;
+            T *d = out + o;
+            if (count == 32) {
+                T v[32];
+                #pragma unroll
+                for (int s = 0; s < 32; ++s) v[s] = t[s];
+                #pragma unroll
+                for (int s = 0; s < 32; ++s) d[s * SIZE] = v[s];
+            } else {
+                for (int s = 0; s < count; ++s) d[size_t(s) * SIZE] = t[s];
             }
         }
     }
