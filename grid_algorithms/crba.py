@@ -273,8 +273,10 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
               "Robots too large to stage whole (32 states' M over 48 KB: atlas, g1) take the ring kernel "
               "from CRBA_RING_MIN_N states (grid_core.emit.ring: each warp's outputs through 256 slots of "
               "shared memory, flushed as runs of consecutive entries); H200 float32 kernel us, plain / ring: "
-              "atlas N=65536 1601 / 319, 262144 6727 / 1183; g1 4133 86.7 / 51.8, 16384 499 / 152, 262144 "
-              "10559 / 2217",
+              "atlas N=4133 67.5 / 35.6, 16384 320 / 88.9, 262144 6726 / 1178; g1 4133 85.7 / 50.2, 16384 "
+              "494 / 152, 262144 10564 / 2214 (a10ee4b). With it the per-state layout is the faster at every "
+              "N measured on both (crossover 1; it was 16384 on atlas and never on g1): g1 N=1024 18.0 against "
+              "the block layout's 41.4",
     )
     emitter = CrbaEmitter
 
