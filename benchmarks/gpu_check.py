@@ -843,9 +843,14 @@ def phase_tune(state: dict) -> None:
             elif "per_state_min_blocks" in on_file.get(r, {}):
                 entry.update({key: on_file[r][key] for key in ("per_state_min_blocks", "per_state_occupancy_ab_us")
                               if key in on_file[r]})
-            entry.update(p1=p1, ab_block_n256_us={"levels": levels_256, "bodies": bodies_256},
-                         ab_block_n1024_us={"levels": k.get((1024, "block")), "bodies": kb.get(1024)},
-                         gpu=state.get("gpu", ""))
+            if bodies_256 is None and "ab_block_n256_us" in on_file.get(r, {}):
+                # no P1 A/B in this run: the A/B on file stays with the choice it made
+                entry.update({key: on_file[r][key] for key in ("ab_block_n256_us", "ab_block_n1024_us")
+                              if key in on_file[r]}, p1=p1, gpu=state.get("gpu", ""))
+            else:
+                entry.update(p1=p1, ab_block_n256_us={"levels": levels_256, "bodies": bodies_256},
+                             ab_block_n1024_us={"levels": k.get((1024, "block")), "bodies": kb.get(1024)},
+                             gpu=state.get("gpu", ""))
             if alg == "forward_dynamics":
                 _pick_method(entry, rows, r)
             if alg == "minv":
