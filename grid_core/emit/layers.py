@@ -687,9 +687,9 @@ class Layers:
         groups = len(plan.table) // ring.GROUP
         rows = [", ".join(str(x) for x in plan.table[k:k + 8]) for k in range(0, len(plan.table), 8)]
         return [
-            n.Comment(f"Too large to stage whole: the per-state outputs go through each warp's ring of {ring.SLOTS} slots\n"
+            n.Comment(f"Too large to stage whole: the per-state outputs go through each warp's ring of {plan.slots} slots\n"
                       f"(grid_core.emit.ring), for batches of at least {pfx}_RING_MIN_N states ({source})."),
-            n.Stmt(f"static constexpr int {pfx}_RING_SLOTS = {ring.SLOTS}"),
+            n.Stmt(f"static constexpr int {pfx}_RING_SLOTS = {plan.slots}"),
             n.Stmt(f"static constexpr int {pfx}_RING_MIN_N = {min_n}"),
             n.Comment(f"The ring's {groups} flush groups ({plan.flushes} flushes), 32 entries each: output index | slot << 16\n"
                       "(0xffff: none)."),

@@ -8,13 +8,19 @@ large robot's outputs do not fit (atlas: 32 x 900 floats, 115 KB a warp).  The r
 needs only ``slots`` values a state: each output value goes to a slot of the warp's ring as it
 is computed (lane = state, conflict-free), and whenever the ring is full the warp writes what
 it holds to global memory as contiguous runs of each state's output (lanes over a run's
-entries, one state after another: a store instruction covers a few lines, not 32).
+entries, one state after another: a store instruction covers a few lines, not 32).  A value
+stored to several outputs (a symmetric matrix's mirror entries, a structural zero) takes one
+slot while it is held: the ring is sized to the distinct values, up to ``MAX_SLOTS``, so most
+robots' outputs flush once, as whole runs (atlas Minv: 900 outputs, 214 distinct values).
 
 The schedule is planned here, at generation time, from the straight-line per-state code: the
 slot of every value, and a table of flush groups (32 entries each: output index and slot) that
 ``grid_ring_flush`` (prelude.cuh) walks.  H200, float32, atlas Minv at N = 16384: 326 us with
-the per-thread stores, 137 with a ring of 256 slots (128 slots: 165; every store coalesced, a
-layout the outputs' contract does not allow: 56).
+the per-thread stores, 137 with a ring of 256 slots and a slot per output (128 slots: 165; every
+store coalesced, a layout the outputs' contract does not allow: 56).  The shared slots (the
+ring sized to the distinct values) are not yet timed on the GPU: by the schedule alone, atlas
+Minv's stores a state touch 113 sectors and 29 lines in 29 store instructions (the fewest its
+3.6 KB allow), against 196 and 96 with a slot an entry.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ import attrs
 from . import nodes as n
 from .expr import _text
 
-SLOTS = 256
-"""Values a state the ring holds (a warp's ring: SLOTS x RING_PAD values of T)."""
+MAX_SLOTS = 416
+"""Most values a state the ring holds (a warp's ring: slots x RING_PAD values of T; four warps of
+float32 at 416 slots take 214.5 KB, within the 227 KB a block may opt into on an H200)."""
 RING_PAD = 33
 """Values between two slots' rows: 32 states and one of padding (odd: no bank conflicts)."""
 GROUP = 32
@@ -50,6 +57,8 @@ class RingPlan:
     """``GROUP`` entries a group: ``index | slot << 16`` (``NONE`` in the index: no entry)."""
     flushes: int
     """Flush points in the body."""
+    slots: int
+    """Values a state the ring holds."""
 
 
 def groups_of(pending: dict[int, int]) -> list[list[int]]:
@@ -83,23 +92,68 @@ def groups_of(pending: dict[int, int]) -> list[list[int]]:
     return groups
 
 
-def plan(body: list, out: str, size: int, flush_call, slots: int = SLOTS) -> RingPlan | None:
+_PURE = re.compile(r"-?(?:[A-Za-z_]\w*|T\([-+0-9.eE]+\)|[-+0-9.eE]+)")
+_CONST_DECL = re.compile(r"^const \w+ (\w+) = ")
+
+
+def _identity(value: str, consts: set[str]) -> str | None:
+    """A stored value's identity where the text alone fixes it (a number, ``T(number)``, or a
+    const temporary declared before, maybe negated), else None."""
+    if not _PURE.fullmatch(value):
+        return None
+    name = value.lstrip("-")
+    if (name[:1].isalpha() or name[:1] == "_") and not name.startswith("T(") and name not in consts:
+        return None
+    return value
+
+
+def _stores(body: list, out: str):
+    """``(node, index, value, identity)`` of each top-level store to ``out``, else
+    ``(node, None, None, None)``, in order."""
+    store = re.compile(rf"^{re.escape(out)}\[(\d+)\] = (.*)$", re.S)
+    consts: set[str] = set()
+    for node in body:
+        text = node.text if isinstance(node, n.Stmt) else ""
+        decl = _CONST_DECL.match(text)
+        if decl:
+            consts.add(decl.group(1))
+        m = store.match(text)
+        if m is None:
+            yield node, None, None, None
+        else:
+            yield node, int(m.group(1)), m.group(2), _identity(m.group(2), consts)
+
+
+def plan(body: list, out: str, size: int, flush_call, slots: int | None = None) -> RingPlan | None:
     """The ring schedule of a straight-line per-state ``body`` whose output array ``out`` (``size``
     values) is written by top-level statements ``out[<constant>] = <expression>``, each index
     exactly once, and never read; None where the body is not of that form (the plain and staged
-    kernels remain).  ``flush_call(g0, g1)`` gives the statement that flushes groups g0 .. g1 - 1."""
-    if size >= NONE or slots >= 1 << 16:
+    kernels remain).  ``flush_call(g0, g1)`` gives the statement that flushes groups g0 .. g1 - 1.
+    A value stored again while it is held (the same number, or the same const temporary, maybe
+    negated) reuses its slot.  ``slots``: the ring's size (default: the distinct values, rounded
+    up to a multiple of 32, at most ``MAX_SLOTS``)."""
+    if size >= NONE:
         return None
-    store = re.compile(rf"^{re.escape(out)}\[(\d+)\] = (.*)$", re.S)
+    if slots is None:
+        distinct, seen = 0, set()
+        for _, index, _, ident in _stores(body, out):
+            if index is not None and (ident is None or ident not in seen):
+                distinct += 1
+                seen.add(ident)
+        slots = min(MAX_SLOTS, -(-max(distinct, 1) // GROUP) * GROUP)
+    if slots >= 1 << 16:
+        return None
     mention = re.compile(rf"\b{re.escape(out)}\b")
     written: set[int] = set()
     new: list = []
     table: list[int] = []
-    pending: dict[int, int] = {}
+    pending: dict[int, int] = {}  # output index -> slot, since the last flush
+    held: dict[str, int] = {}  # value identity -> its slot, since the last flush
+    used = 0  # slots taken since the last flush
     flushes = 0
 
     def flush() -> None:
-        nonlocal flushes
+        nonlocal flushes, used
         if not pending:
             return
         g0 = len(table) // GROUP
@@ -107,25 +161,30 @@ def plan(body: list, out: str, size: int, flush_call, slots: int = SLOTS) -> Rin
             table.extend([i | pending[i] << 16 for i in group] + [NONE] * (GROUP - len(group)))
         new.append(flush_call(g0, len(table) // GROUP))
         pending.clear()
+        held.clear()
+        used = 0
         flushes += 1
 
-    for node in body:
-        m = store.match(node.text) if isinstance(node, n.Stmt) else None
-        if m is None:
+    for node, index, value, ident in _stores(body, out):
+        if index is None:
             if mention.search(_text(node)):
                 return None  # read, or written where the schedule cannot see it
             new.append(node)
             continue
-        index, value = int(m.group(1)), m.group(2)
         if index >= size or index in written or mention.search(value):
             return None
         written.add(index)
-        if len(pending) == slots:
+        if ident is not None and ident in held:
+            pending[index] = held[ident]  # the same value, already in its slot
+            continue
+        if used == slots:
             flush()
-        slot = len(pending)
-        pending[index] = slot
-        new.append(n.Stmt(f"tile[{slot * RING_PAD} + lane] = {value}", comment=node.comment))
+        pending[index] = used
+        if ident is not None:
+            held[ident] = used
+        new.append(n.Stmt(f"tile[{used * RING_PAD} + lane] = {value}", comment=node.comment))
+        used += 1
     if len(written) != size:
         return None  # an output the code never writes (the plain kernel leaves it as it was)
     flush()
-    return RingPlan(tuple(new), tuple(table), flushes)
+    return RingPlan(tuple(new), tuple(table), flushes, slots)

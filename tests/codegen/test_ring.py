@@ -43,3 +43,18 @@ def test_plan_refuses_what_it_cannot_schedule():
     assert ring.plan([n.Stmt("M[0] = a")], "M", 2, flush_call) is None  # M[1] never written
     assert ring.plan([n.Stmt("M[0] = M[1] + a"), n.Stmt("M[1] = b")], "M", 2, flush_call) is None
     assert ring.plan([n.If("c", [n.Stmt("M[0] = a")]), n.Stmt("M[1] = b")], "M", 2, flush_call) is None
+
+
+def test_a_value_stored_twice_takes_one_slot():
+    """A const temporary (maybe mirrored) or a number stored to several outputs is held once; a
+    name that is not a const temporary (it may change between the stores) is held each time."""
+    body = [n.Stmt("const T t1 = q[0] * q[1]"), n.Stmt("M[0] = t1"), n.Stmt("M[1] = T(0.0)"),
+            n.Stmt("M[3] = t1"), n.Stmt("M[2] = T(0.0)"), n.Stmt("M[4] = x"), n.Stmt("M[5] = x")]
+    plan = ring.plan(body, "M", 6, flush_call)
+    assert plan.slots == 32  # four distinct values (t1, T(0.0), x twice), a multiple of 32
+    pad = ring.RING_PAD
+    assert [x.text for x in plan.body if isinstance(x, n.Stmt)] == [
+        "const T t1 = q[0] * q[1]", "tile[0 + lane] = t1", f"tile[{pad} + lane] = T(0.0)",
+        f"tile[{2 * pad} + lane] = x", f"tile[{3 * pad} + lane] = x", "flush(0, 1)"]
+    assert plan.table[:7] == (0 | 0 << 16, 1 | 1 << 16, 2 | 1 << 16, 3 | 0 << 16, 4 | 2 << 16, 5 | 3 << 16,
+                              ring.NONE)
