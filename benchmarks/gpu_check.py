@@ -177,6 +177,10 @@ AB_MODES = {
     # staged through shared memory or plain, each forced: from which batch an algorithm that
     # stages by default does (its per_state_stage_min_n)
     "stage": AB("per_state_stage_min_n", {"staged": 1, "plain": 1 << 30}, _stage_algorithms, _stage_algorithms),
+    # outputs too large to stage whole through each warp's ring or stored by each thread, each
+    # forced: from which batch the ring pays (its per_state_ring_min_n; robots without a ring
+    # build the same code twice)
+    "ring": AB("per_state_ring_min_n", {"ring": 1, "noring": 1 << 30}, _stage_algorithms, _stage_algorithms),
     # a small batch spread over every SM or packed into full blocks (every algorithm)
     "spread": AB("per_state_spread", {"spread": True, "packed": False}, lambda: ALGORITHMS, lambda: ALGORITHMS),
 }
@@ -197,9 +201,10 @@ def _ab_algorithms(label: str) -> list | None:
 
 def variants():
     """(label, robot, generate options): normal, forced deepest spill, per-body sweeps, per-state
-    occupancy, and the A/Bs of AB_MODES (Minv's column frames, staged or plain, spread or packed).
-    GRID_CHECK_VARIANTS=base: the default builds only; =occ or an A/B's name (frame, stage,
-    spread; several joined by commas): those and the default builds (a quick A/B)."""
+    occupancy, and the A/Bs of AB_MODES (Minv's column frames, staged or plain, ring or per-thread
+    stores, spread or packed).  GRID_CHECK_VARIANTS=base: the default builds only; =occ or an A/B's
+    name (frame, stage, ring, spread; several joined by commas): those and the default builds (a
+    quick A/B)."""
     out = []
     modes = _modes()
     if _quick():
@@ -857,6 +862,7 @@ def phase_tune(state: dict) -> None:
                 _pick_frame(entry, rows, r, on_file.get(r, {}))
             if alg in _stage_algorithms():
                 _pick_stage_min_n(entry, mine, r, on_file.get(r, {}))
+                _pick_ring_min_n(entry, mine, r, on_file.get(r, {}))
             tuning["robots"][r] = entry
         state["tuning"][alg] = tuning
         path.write_text(json.dumps(tuning, indent=1) + "\n")
@@ -908,18 +914,30 @@ def _pick_method(entry: dict, rows: list, robot: str) -> None:
             entry["per_state_min_n"] = cross
 
 
-def _pick_stage_min_n(entry: dict, rows: list, robot: str, on_file: dict) -> None:
-    """From which batch the per-state layout stages through shared memory: the smallest N from
-    which the staged kernel (this run's forced builds) is never slower than the plain one by
-    more than 3% (noise); without the A/B the one on file stays."""
-    t = {form: {x["n"]: x[TUNE_METRIC] for x in rows if x["robot"] == f"{robot}-{form}"} for form in AB_MODES["stage"].forms}
-    common = sorted(set(t["staged"]) & set(t["plain"]))
+def _pick_min_n(entry: dict, rows: list, robot: str, on_file: dict, mode: str, key: str) -> None:
+    """From which batch the first form of A/B ``mode`` (its forced builds in this run) takes over
+    from the second: the smallest N from which it is never slower by more than 3% (noise), as
+    ``entry[key]``, with the A/B's figures; without the A/B the ones on file stay."""
+    fast, slow = AB_MODES[mode].forms
+    t = {form: {x["n"]: x[TUNE_METRIC] for x in rows if x["robot"] == f"{robot}-{form}"} for form in (fast, slow)}
+    common = sorted(set(t[fast]) & set(t[slow]))
+    figures = f"{mode}_ab_us"
     if not common:
-        entry.update({k: on_file[k] for k in ("per_state_stage_min_n", "stage_ab_us") if k in on_file})
+        entry.update({k: on_file[k] for k in (key, figures) if k in on_file})
         return
-    entry["per_state_stage_min_n"] = next(
-        (n for n in common if all(t["staged"][m] <= 1.03 * t["plain"][m] for m in common if m >= n)), max(common) + 1)
-    entry["stage_ab_us"] = {str(n): {"staged": t["staged"][n], "plain": t["plain"][n]} for n in common}
+    entry[key] = next((n for n in common if all(t[fast][m] <= 1.03 * t[slow][m] for m in common if m >= n)),
+                      max(common) + 1)
+    entry[figures] = {str(n): {fast: t[fast][n], slow: t[slow][n]} for n in common}
+
+
+def _pick_stage_min_n(entry: dict, rows: list, robot: str, on_file: dict) -> None:
+    """From which batch the per-state layout stages through shared memory (staged vs plain)."""
+    _pick_min_n(entry, rows, robot, on_file, "stage", "per_state_stage_min_n")
+
+
+def _pick_ring_min_n(entry: dict, rows: list, robot: str, on_file: dict) -> None:
+    """From which batch outputs too large to stage whole go through the ring (ring vs noring)."""
+    _pick_min_n(entry, rows, robot, on_file, "ring", "per_state_ring_min_n")
 
 
 def _pick_frame(entry: dict, rows: list, robot: str, on_file: dict) -> None:

@@ -58,6 +58,11 @@ class LayerOptions:
     through shared memory (below, the plain kernel: its loads and stores overlap the compute,
     where staging serializes load, compute and store).  0: the measured choice, else 1."""
 
+    per_state_ring_min_n: int = 0
+    """Batches from which the per-state outputs too large to stage whole go through each warp's
+    ring of shared memory (grid_core.emit.ring).  0: the measured choice (or the default), else
+    from that batch on."""
+
     per_state_spread: bool = True
     """Whether a per-state launch spreads a batch too small to fill a block on every SM over all
     of them (blocks of ``ceil(N / SMs)`` states, down to one: each SM then issues and stores for

@@ -682,8 +682,10 @@ class Layers:
 
     def _ring_constants(self) -> list:
         plan, pfx = self.ring_plan, self.pfx
-        min_n = int(self.ctx.tuning.get("per_state_ring_min_n", RING_MIN_N))
-        source = "measured on the GPU" if "per_state_ring_min_n" in self.ctx.tuning else "default, not yet measured"
+        given = int(getattr(self.ctx.algorithm_options, "per_state_ring_min_n", 0))
+        min_n = given or int(self.ctx.tuning.get("per_state_ring_min_n", RING_MIN_N))
+        source = ("set by the algorithm option" if given else "measured on the GPU"
+                  if "per_state_ring_min_n" in self.ctx.tuning else "default, not yet measured")
         groups = len(plan.table) // ring.GROUP
         rows = [", ".join(str(x) for x in plan.table[k:k + 8]) for k in range(0, len(plan.table), 8)]
         return [
