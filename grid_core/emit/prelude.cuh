@@ -21,6 +21,17 @@
 #include <sched.h>
 #include <unistd.h>
 namespace grid_host {
+// The machine's cores (at least 1), read once: glibc reads them from /sys on every
+// std::thread::hardware_concurrency() call (~6 us here, two calls a launch).  The CPU launches and
+// the C ABI's staging copies both size their threads from it.
+inline unsigned core_count() {
+    static const unsigned cores = [] {
+        const unsigned c = std::thread::hardware_concurrency();
+        return c > 0 ? c : 1u;
+    }();
+    return cores;
+}
+
 // Worker threads.  A job is `items` independent items on up to `threads` threads; the caller and
 // every worker awake claim chunks of them as they come, so the caller never waits for a worker
 // that is asleep, and works on while one wakes (a sleeping worker takes ~0.1 ms to start here, up
@@ -276,13 +287,8 @@ namespace grid_emu {
 inline thread_local int launch_workers = 1;
 inline thread_local std::vector<unsigned char> arena;  // this thread's shared memory
 
-// Threads for `workers` (<= 0: every core).  The core count is read once: glibc reads it from
-// /sys on every std::thread::hardware_concurrency() call (~6 us here, two calls a launch).
-inline size_t launch_threads(int workers) {
-    if (workers > 0) return size_t(workers);
-    static const unsigned cores = std::thread::hardware_concurrency();
-    return cores > 0 ? size_t(cores) : 1;
-}
+// Threads for `workers` (<= 0: every core).
+inline size_t launch_threads(int workers) { return workers > 0 ? size_t(workers) : size_t(grid_host::core_count()); }
 
 // Runs a kernel launch on the host: the blocks in contiguous ranges, claimed as the workers come
 // (grid_host::WorkerPool: large ranges first, at least 1/64 of a worker's share at the end), each

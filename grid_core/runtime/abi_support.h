@@ -98,9 +98,9 @@ template <typename T> bool copy_finite(T *dst, const T *src, size_t n) {
 // (grid_host::WorkerPool in the header's prelude), spinning a fixed 100 us after each job.
 inline size_t copy_threads() {
     static const size_t threads = [] {
-        const unsigned cores = std::thread::hardware_concurrency();
+        const unsigned cores = grid_host::core_count();
         const char *env = std::getenv("GRID_HOST_THREADS");
-        const int helpers = env != nullptr ? std::max(0, std::atoi(env)) : int(std::min(3u, cores > 1 ? cores - 1 : 0u));
+        const int helpers = env != nullptr ? std::max(0, std::atoi(env)) : int(std::min(3u, cores - 1));
         return size_t(helpers) + 1;
     }();
     return threads;
