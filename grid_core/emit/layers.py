@@ -86,6 +86,8 @@ MAPPED_MAX_WORK = 4_000_000
 # 16 states: staging adds its barrier-bound passes and saves little bus traffic), B = 256 27.7 /
 # 17.1, B = 1024 74.1 / 19.4 (Minv: 14.4 / 15.0, 28.9 / 15.4, 63.3 / 18.8); 64 lies between.
 MAPPED_STAGE_MIN_N = 64
+# Shared memory a block gets without opting in: what the staged kernel's block is sized within.
+STAGE_KB = 48
 # Batches from which a robot too large to stage whole takes the ring kernel (grid_core.emit.ring)
 # unless its tuning says otherwise.  H200, float32, atlas Minv, plain / ring: N = 1024 32.6 / 55.9 us,
 # 4096 73.7 / 57.4, 16384 326 / 137.
@@ -294,13 +296,17 @@ class Layers:
             self._ring_plan = None
             if self.has_state and self.emitter.staged and len(self.outputs) == 1:
                 p = self.outputs[0]
-                row = sum(_staged_stride(x) for x in (*self.smem_inputs, p))
-                if 48 * 1024 // (row * 4) < 32:
+                if STAGE_KB * 1024 // (sum(self._staged_row()) * 4) < 32:  # STAGED_THREADS<float>() == 0
                     self._ring_plan = ring.plan(
                         self.state_nodes, p.name, _size(p),
                         lambda g0, g1: n.Stmt(f"grid_ring_flush<T, {_size(p)}>({p.name}, tile, {self.pfx}_RING_TABLE, {g0}, {g1}, "
                                               "lane, width, mask, count)"))
         return self._ring_plan
+
+    def _staged_row(self) -> list[int]:
+        """Values per state of the staged kernel's shared memory: each staged input's, then each
+        output's row (``X_STAGED_ROW`` is their sum)."""
+        return [_staged_stride(p) for p in (*self.smem_inputs, *self.outputs)]
 
     def _port(self, name: str):
         for p in self.states:
@@ -366,7 +372,7 @@ class Layers:
                 n.Stmt(f"static constexpr int {self.pfx}_PER_STATE_MIN_BLOCKS = {em.min_blocks(self.ctx)}"),
             ]
             if em.staged:
-                row = " + ".join(f"{_staged_stride(p)}" for p in (*self.smem_inputs, *self.outputs))
+                row = " + ".join(str(x) for x in self._staged_row())
                 out += [
                     n.Comment("Staged per-state kernel: values per state in shared memory (inputs and outputs,"),
                     n.Comment("each array's row made odd against bank conflicts),"),
@@ -385,7 +391,7 @@ class Layers:
                      if em.stage_by_default else []),
                     n.Function(
                         f"__host__ __device__ constexpr int {self.pfx}_STAGED_THREADS()",
-                        [n.Stmt(f"constexpr int fit = int(48 * 1024 / ({self.pfx}_STAGED_ROW * sizeof(T))) / 32 * 32"),
+                        [n.Stmt(f"constexpr int fit = int({STAGE_KB} * 1024 / ({self.pfx}_STAGED_ROW * sizeof(T))) / 32 * 32"),
                          n.Stmt(f"return fit < {self.pfx}_PER_STATE_THREADS ? fit : {self.pfx}_PER_STATE_THREADS")],
                         template="template <typename T>"),
                 ]
@@ -868,9 +874,10 @@ class Layers:
         for cond, t in self._combos():
             kernel = f"{self.ring_kernel.name}<{', '.join(['T', *t.values()])}>"
             launches.append(n.If(cond or "true", [
-                n.Stmt(f"const cudaError_t err = cudaFuncSetAttribute({kernel}, "
-                       "cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))"),
-                n.If("err != cudaSuccess", [n.Stmt("return err")]),
+                n.Stmt(f"static const cudaError_t attr = cudaFuncSetAttribute({kernel}, "
+                       "cudaFuncAttributeMaxDynamicSharedMemorySize, grid_get_max_dynamic_shared_memory_bytes())",
+                       comment="once: the whole opt-in"),
+                n.If("attr != cudaSuccess", [n.Stmt("return attr")]),
                 Launch(self.ring_kernel.call(rargs, {"T": "T", **t}), "blocks", "threads", "smem")]))
         return n.If(
             f"(cfg.stage_io || num_timesteps >= {pfx}_RING_MIN_N) && {pfx}_STAGED_THREADS<T>() == 0 && "
