@@ -861,8 +861,8 @@ def phase_tune(state: dict) -> None:
             if alg == "minv":
                 _pick_frame(entry, rows, r, on_file.get(r, {}))
             if alg in _stage_algorithms():
-                _pick_stage_min_n(entry, mine, r, on_file.get(r, {}))
-                _pick_ring_min_n(entry, mine, r, on_file.get(r, {}))
+                for mode in ("stage", "ring"):
+                    _pick_min_n(entry, mine, r, on_file.get(r, {}), mode)
             tuning["robots"][r] = entry
         state["tuning"][alg] = tuning
         path.write_text(json.dumps(tuning, indent=1) + "\n")
@@ -914,30 +914,22 @@ def _pick_method(entry: dict, rows: list, robot: str) -> None:
             entry["per_state_min_n"] = cross
 
 
-def _pick_min_n(entry: dict, rows: list, robot: str, on_file: dict, mode: str, key: str) -> None:
-    """From which batch the first form of A/B ``mode`` (its forced builds in this run) takes over
-    from the second: the smallest N from which it is never slower by more than 3% (noise), as
-    ``entry[key]``, with the A/B's figures; without the A/B the ones on file stay."""
-    fast, slow = AB_MODES[mode].forms
+def _pick_min_n(entry: dict, rows: list, robot: str, on_file: dict, mode: str) -> None:
+    """From which batch the first form of A/B ``mode`` (its forced builds in this run: staged vs
+    plain, ring vs per-thread stores) takes over from the second: the smallest N from which it is
+    never slower by more than 3% (noise), as the A/B's option, with its figures; without the A/B
+    the ones on file stay."""
+    ab = AB_MODES[mode]
+    fast, slow = ab.forms
     t = {form: {x["n"]: x[TUNE_METRIC] for x in rows if x["robot"] == f"{robot}-{form}"} for form in (fast, slow)}
     common = sorted(set(t[fast]) & set(t[slow]))
     figures = f"{mode}_ab_us"
     if not common:
-        entry.update({k: on_file[k] for k in (key, figures) if k in on_file})
+        entry.update({k: on_file[k] for k in (ab.option, figures) if k in on_file})
         return
-    entry[key] = next((n for n in common if all(t[fast][m] <= 1.03 * t[slow][m] for m in common if m >= n)),
-                      max(common) + 1)
+    entry[ab.option] = next((n for n in common if all(t[fast][m] <= 1.03 * t[slow][m] for m in common if m >= n)),
+                            max(common) + 1)
     entry[figures] = {str(n): {fast: t[fast][n], slow: t[slow][n]} for n in common}
-
-
-def _pick_stage_min_n(entry: dict, rows: list, robot: str, on_file: dict) -> None:
-    """From which batch the per-state layout stages through shared memory (staged vs plain)."""
-    _pick_min_n(entry, rows, robot, on_file, "stage", "per_state_stage_min_n")
-
-
-def _pick_ring_min_n(entry: dict, rows: list, robot: str, on_file: dict) -> None:
-    """From which batch outputs too large to stage whole go through the ring (ring vs noring)."""
-    _pick_min_n(entry, rows, robot, on_file, "ring", "per_state_ring_min_n")
 
 
 def _pick_frame(entry: dict, rows: list, robot: str, on_file: dict) -> None:

@@ -163,9 +163,8 @@ def check_ring_batch(kind: str, name: str, algorithm: str, rng) -> None:
     import re
 
     from grid_core import Reference
-    from grid_core.testing import assert_close, random_state
-
     from grid_core.composer import generate
+    from grid_core.testing import assert_close, random_state
 
     robot = load(name)
     found = re.search(rf"static constexpr int {algorithm.upper()}_RING_MIN_N = (\d+);", generate(robot, [algorithm]))
