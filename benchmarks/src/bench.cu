@@ -308,12 +308,15 @@ static int run_check() {
                 }
             }
         }
-        // per-state, plain and staged through shared memory (stage_io), a few blocks too: grid-stride
-        for (int threads : {32, 64, 128, -32, -64}) {
+        // per-state, plain and staged through shared memory (stage_io), a few blocks too: grid-stride.
+        // A robot too large to stage whole takes stage_io through each warp's ring (where it has
+        // one): 40 threads make a partial second warp, one block two rounds of states
+        for (int threads : {32, 64, 128, -32, -40, -64}) {
             g::LaunchConfig cfg;
             cfg.layout = g::LAYOUT_PER_STATE; cfg.threads = std::abs(threads);
             cfg.stage_io = threads < 0;
-            if (cfg.stage_io && cfg.threads > ad::staged_threads()) continue;
+            const bool whole = ad::staged_threads() > 0;
+            if (cfg.stage_io && whole && (cfg.threads > ad::staged_threads() || cfg.threads % 32)) continue;
             if (cfg.stage_io) cfg.blocks = 1;
             poison(b);
             CHECK(launch(b, cfg, s, optional));
