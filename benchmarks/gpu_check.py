@@ -506,6 +506,8 @@ def phase_time(state: dict, repeats: int) -> None:
                 if f"{r}-{form}" in built:
                     for alg in ab.timed():
                         rows += [x for x in _time(f"{r}-{form}", alg, repeats, SIZES) if x["layout"] == "per_state"]
+                    state["time"] = list(rows)
+                    _save(state)  # after each form: a run cut short keeps the A/B rows it timed
     state["time"] = rows
 
 
