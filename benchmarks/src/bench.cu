@@ -310,8 +310,9 @@ static int run_check() {
         }
         // per-state, plain and staged through shared memory (stage_io), a few blocks too: grid-stride.
         // A robot too large to stage whole takes stage_io through each warp's ring (where it has
-        // one): 40 threads make a partial second warp, one block two rounds of states
-        for (int threads : {32, 64, 128, -32, -40, -64}) {
+        // one): 40 threads make a partial second warp, 1 and 8 a lone partial warp (the launch spread
+        // over the SMs), one block rounds of states
+        for (int threads : {32, 64, 128, -32, -40, -64, -1, -8}) {
             g::LaunchConfig cfg;
             cfg.layout = g::LAYOUT_PER_STATE; cfg.threads = std::abs(threads);
             cfg.stage_io = threads < 0;

@@ -883,10 +883,13 @@ class Layers:
             f"(cfg.stage_io || num_timesteps >= {pfx}_RING_MIN_N) && {pfx}_STAGED_THREADS<T>() == 0 && "
             f"cfg.threads <= {pfx}_PER_STATE_THREADS", [
                 n.Comment("too large to stage whole: through each warp's ring, as many warps a block as the "
-                          "device's\nshared memory holds (at most the per-state block)"),
+                          "device's\nshared memory holds (at most the per-state block), spread over the SMs as "
+                          "the plain kernel is\n(the flushes of a few SMs' full warps queue on their stores) "
+                          "unless the arrays are mapped (stage_io)"),
                 n.Stmt(f"const int fit = int(grid_get_max_dynamic_shared_memory_bytes() / ({ring_bytes})) * 32"),
-                n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : fit < {pfx}_PER_STATE_THREADS ? fit : "
-                       f"{pfx}_PER_STATE_THREADS"),
+                n.Stmt(f"const int most = fit < {pfx}_PER_STATE_THREADS ? fit : {pfx}_PER_STATE_THREADS"),
+                n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_SPREAD && !cfg.stage_io && "
+                       f"most > 0 ? grid_spread_threads(num_timesteps, most) : most"),
                 n.If("threads > 0 && (threads + 31) / 32 * 32 <= fit", [
                     n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
                     n.Stmt(f"const size_t smem = size_t((threads + 31) / 32) * {ring_bytes}"),
