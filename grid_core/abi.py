@@ -63,7 +63,7 @@ class AbiFunction:
     inputs: tuple[Port, ...]  # state inputs, in order
     params: tuple[Port, ...]
     launch: Signature  # X_launch's signature node: the entries call it through it
-    stage_io: str = "transfer == 3"  # cfg.stage_io of the host form (Layers.stage_io_rule)
+    stage_io: str  # cfg.stage_io of the host form, as Layers.stage_io_rule renders it
 
 
 def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:

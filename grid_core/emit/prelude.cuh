@@ -32,6 +32,24 @@ inline unsigned core_count() {
     return cores;
 }
 
+// Whether any of n values is NaN or inf (every exponent bit set), copying them to dst as it reads
+// them when COPY: one branch-free pass the compiler vectorises, so a check while copying costs no
+// second read.  The CPU entries check their inputs in place (grid_emu::first_nonfinite), the C
+// ABI's staging checks what it copies (copy_range).
+template <typename T, bool COPY>
+inline bool any_nonfinite(T *dst, const T *src, size_t n) {
+    using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;
+    const U mask = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
+    U bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+        U bits;
+        std::memcpy(&bits, src + i, sizeof(T));
+        if (COPY) std::memcpy(dst + i, &bits, sizeof(T));
+        bad |= U((bits & mask) == mask);
+    }
+    return bad != 0;
+}
+
 // Worker threads.  A job is `items` independent items on up to `threads` threads; the caller and
 // every worker awake claim chunks of them as they come, so the caller never waits for a worker
 // that is asleep, and works on while one wakes (a sleeping worker takes ~0.1 ms to start here, up
@@ -340,20 +358,12 @@ inline int first_nonfinite(const T *const *inputs, const size_t *sizes, int coun
         // values [from, to) of the inputs laid end to end
         static void values(void *context, size_t from, size_t to) {
             Check &c = *static_cast<Check *>(context);
-            using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;
-            const U mask = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
             size_t first = 0;  // where inputs[k] starts
             for (int k = 0; k < c.count; first += c.size(k++)) {
                 if (to <= first || from >= first + c.size(k)) continue;
                 const size_t lo = from > first ? from - first : 0;
                 const size_t hi = to - first < c.size(k) ? to - first : c.size(k);
-                U bad = 0;
-                for (size_t i = lo; i < hi; ++i) {
-                    U bits;
-                    std::memcpy(&bits, c.inputs[k] + i, sizeof(T));
-                    bad |= U((bits & mask) == mask);
-                }
-                if (bad) {
+                if (grid_host::any_nonfinite<T, false>(nullptr, c.inputs[k] + lo, hi - lo)) {
                     int least = c.first_bad.load();
                     while (k < least && !c.first_bad.compare_exchange_weak(least, k)) {
                     }

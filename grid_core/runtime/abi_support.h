@@ -78,21 +78,6 @@ struct Staging {
 #define GRID_ABI_BAD_QUATERNION (-900)
 
 namespace {
-// Copies n values and tells whether all are finite (NaN and inf have every exponent bit set):
-// one branch-free pass the compiler vectorises, so the check costs no second read.
-template <typename T> bool copy_finite(T *dst, const T *src, size_t n) {
-    using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;
-    const U mask = sizeof(T) == 4 ? U(0x7f800000u) : U(0x7ff0000000000000ull);
-    U bad = 0;
-    for (size_t i = 0; i < n; ++i) {
-        U bits;
-        std::memcpy(&bits, src + i, sizeof(T));
-        std::memcpy(dst + i, &bits, sizeof(T));
-        bad |= U((bits & mask) == mask);
-    }
-    return bad == 0;
-}
-
 // The threads that stage a host call's large batches: the caller and GRID_HOST_THREADS helpers
 // (default: up to 3, one fewer than the cores; 0: none), read once.  They are the CPU build's pool
 // (grid_host::WorkerPool in the header's prelude), spinning a fixed 100 us after each job.
@@ -125,9 +110,9 @@ template <typename T> uint32_t copy_range(const Segment &s, size_t from, size_t 
         std::memcpy(s.dst + from, s.src + from, to - from);
         return 0;
     }
-    const bool finite = copy_finite(reinterpret_cast<T *>(s.dst + from), reinterpret_cast<const T *>(s.src + from),
-                                    (to - from) / sizeof(T));
-    return finite ? 0u : 1u << s.input;
+    const bool bad = grid_host::any_nonfinite<T, true>(reinterpret_cast<T *>(s.dst + from),
+                                                        reinterpret_cast<const T *>(s.src + from), (to - from) / sizeof(T));
+    return bad ? 1u << s.input : 0u;
 }
 
 // Runs every copy; returns the bits of the inputs holding a NaN or inf.

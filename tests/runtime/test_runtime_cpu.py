@@ -397,7 +397,8 @@ def test_the_c_abi_refuses_more_state_inputs_than_its_nonfinite_report_has_bits(
                                            *[Param("int", x) for x in ("num_timesteps", "cfg", "d_workspace",
                                                                        "workspace_bytes", "stream")]],
                            template=[TemplateParam("typename", "T")])
-        return AbiFunction("wide", "grid_abi_wide_f32", "f32", (Port("y", (3,)),), inputs, (), launch)
+        return AbiFunction("wide", "grid_abi_wide_f32", "f32", (Port("y", (3,)),), inputs, (), launch,
+                           stage_io="false")
 
     with pytest.raises(ValueError, match="at most 32 state inputs, not 33"):
         _function_source(wide(ports), "grid")
