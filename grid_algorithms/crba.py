@@ -274,10 +274,11 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
               "from CRBA_RING_MIN_N states (grid_core.emit.ring: each warp's outputs through a ring of "
               "shared memory, flushed as runs of consecutive entries; a value stored to several entries "
               "held once, the ring sized to the distinct values: atlas 149 in 160 slots, g1 312 in 320, one "
-              "flush each); H200 float32 kernel us, plain / ring (a10ee4b: 256 slots, one an entry; the "
-              "shared slots not yet timed on the GPU): "
-              "atlas N=4133 67.5 / 35.6, 16384 320 / 88.9, 262144 6726 / 1178; g1 4133 85.7 / 50.2, 16384 "
-              "494 / 152, 262144 10564 / 2214 (a10ee4b). With it the per-state layout is the faster at every "
+              "flush each; the launch spread over the SMs in whole warps); H200 float32 graph-replay us, "
+              "plain / ring (fda5422): atlas N=2048 23.5 / 18.7, 4096 63.8 / 18.9, 16384 305 / 38.0, 65536 "
+              "1552 / 130; g1 2048 30.8 / 23.8, 4096 82.4 / 24.2, 16384 478 / 55.0, 65536 2556 / 206; below "
+              "CRBA_RING_MIN_N the plain stores win (atlas 1024: 10.8 / 18.6); kernel us at 262144 "
+              "(c329954): atlas 494, 2.2x the memory floor, g1 758, 2.5x. With it the per-state layout is the faster at every "
               "N measured on both (crossover 1; it was 16384 on atlas and never on g1): g1 N=1024 18.0 against "
               "the block layout's 41.4",
     )

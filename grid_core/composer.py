@@ -237,6 +237,27 @@ def runtime_support(max_perf_threads: int) -> list:
             n.Stmt("return t < 1 ? 1 : (t < max_threads ? t : max_threads)"),
             n.Raw("#endif"),
         ]),
+        n.Comment("Threads per block (whole warps, at most max_threads) of a kernel whose every warp takes\n"
+                  "warp_bytes of dynamic shared memory, chosen to keep the most warps resident on an SM (the\n"
+                  "larger block at a tie): blocks of four 30 KB warps leave one block an SM where blocks of one\n"
+                  "leave seven.  The occupancy query counts registers and each block's reserved shared memory.\n"
+                  "The host builds have no SMs: max_threads."),
+        n.Function("inline int grid_resident_block_threads(const void *kernel, int max_threads, size_t warp_bytes)", [
+            n.Raw("#ifdef GRID_HOST_EMULATION"),
+            n.Stmt("(void)kernel"),
+            n.Stmt("(void)warp_bytes"),
+            n.Stmt("return max_threads"),
+            n.Raw("#else"),
+            n.Stmt("int best = max_threads, most_warps = 0"),
+            n.For("int t = 32", "t <= max_threads", "t += 32", [
+                n.Stmt("int blocks = 0"),
+                n.If("cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, t, size_t(t / 32) * warp_bytes) "
+                     "!= cudaSuccess", [n.Stmt("continue")]),
+                n.If("blocks * (t / 32) >= most_warps", [n.Stmt("most_warps = blocks * (t / 32)"), n.Stmt("best = t")]),
+            ]),
+            n.Stmt("return best"),
+            n.Raw("#endif"),
+        ]),
     ]
 
 

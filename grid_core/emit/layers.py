@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from typing import TYPE_CHECKING
 
 import attrs
@@ -601,7 +602,8 @@ class Layers:
         ``i = lane + j * W`` for every ``j`` below ``size``, unrolled.  ``full``: a whole warp of
         states, W = 32 (every value there: no predicate, the offsets constants); else W = ``width``,
         the warp's threads, each value checked against ``count``."""
-        body = [n.Stmt(f"const int i = lane + j * {32 if full else 'width'}")]
+        uses_i = not full or re.search(r"\bi\b", stmt) is not None  # a full warp's shared index may not
+        body = [n.Stmt(f"const int i = lane + j * {32 if full else 'width'}")] if uses_i else []
         body += [n.Stmt(stmt)] if full else [n.If(f"i < count * {size}", [n.Stmt(stmt)])]
         loop = [n.Raw("#pragma unroll"), n.For("int j = 0", f"j < {size}", "++j", body)]
         return [n.If(f"USE_{name.upper()}", loop, constexpr=True)] if name in self.nullable else loop
@@ -878,26 +880,28 @@ class Layers:
                        "cudaFuncAttributeMaxDynamicSharedMemorySize, grid_get_max_dynamic_shared_memory_bytes())",
                        comment="once: the whole opt-in"),
                 n.If("attr != cudaSuccess", [n.Stmt("return attr")]),
-                Launch(self.ring_kernel.call(rargs, {"T": "T", **t}), "blocks", "threads", "smem")]))
-        return n.If(
-            f"(cfg.stage_io || num_timesteps >= {pfx}_RING_MIN_N) && {pfx}_STAGED_THREADS<T>() == 0 && "
-            f"cfg.threads <= {pfx}_PER_STATE_THREADS", [
-                n.Comment("too large to stage whole: through each warp's ring, as many warps a block as the "
-                          "device's\nshared memory holds (at most the per-state block), spread over the SMs as "
-                          "the plain kernel is\n(the flushes of a few SMs' full warps queue on their stores) "
-                          "unless the arrays are mapped (stage_io)"),
-                n.Stmt(f"const int fit = int(grid_get_max_dynamic_shared_memory_bytes() / ({ring_bytes})) * 32"),
-                n.Stmt(f"const int most = fit < {pfx}_PER_STATE_THREADS ? fit : {pfx}_PER_STATE_THREADS"),
+                n.Stmt(f"static const int best = grid_resident_block_threads(reinterpret_cast<const void *>({kernel}), "
+                       f"most, {ring_bytes})", comment="once: the block that keeps the most warps on an SM"),
                 n.Comment("spread in whole warps: a warp's spare lanes repeat its last state for free, while a "
                           "warp of\nfewer lanes walks the flush table alone (one lane: 32 entries a group; atlas "
                           "CRBA at N = 1\ntook 132 us against 15 in a whole warp on the H200)"),
-                n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_SPREAD && !cfg.stage_io && "
-                       f"most > 0 ? (grid_spread_threads(num_timesteps, most) + 31) / 32 * 32 : most"),
+                n.Stmt(f"const int threads = cfg.threads > 0 ? cfg.threads : {pfx}_PER_STATE_SPREAD && !cfg.stage_io ? "
+                       "(grid_spread_threads(num_timesteps, best) + 31) / 32 * 32 : best"),
                 n.If("threads > 0 && (threads + 31) / 32 * 32 <= fit", [
                     n.Stmt("const int blocks = cfg.blocks > 0 ? cfg.blocks : (num_timesteps + threads - 1) / threads"),
                     n.Stmt(f"const size_t smem = size_t((threads + 31) / 32) * {ring_bytes}"),
-                    *launches,
-                    n.Stmt("return cudaPeekAtLastError()")])])
+                    Launch(self.ring_kernel.call(rargs, {"T": "T", **t}), "blocks", "threads", "smem"),
+                    n.Stmt("return cudaPeekAtLastError()")])]))
+        return n.If(
+            f"(cfg.stage_io || num_timesteps >= {pfx}_RING_MIN_N) && {pfx}_STAGED_THREADS<T>() == 0 && "
+            f"cfg.threads <= {pfx}_PER_STATE_THREADS", [
+                n.Comment("too large to stage whole: through each warp's ring, in blocks of the warps that keep "
+                          "the most\nresident (at most the per-state block), spread over the SMs as the plain "
+                          "kernel is (the flushes\nof a few SMs' full warps queue on their stores) unless the "
+                          "arrays are mapped (stage_io)"),
+                n.Stmt(f"const int fit = int(grid_get_max_dynamic_shared_memory_bytes() / ({ring_bytes})) * 32"),
+                n.Stmt(f"const int most = fit < {pfx}_PER_STATE_THREADS ? fit : {pfx}_PER_STATE_THREADS"),
+                n.If("most > 0", launches)])
 
     def _host_parts(self):
         """``(third input, its flag)`` of the gridData wrapper, or None when the algorithm's state

@@ -17,10 +17,10 @@ The schedule is planned here, at generation time, from the straight-line per-sta
 slot of every value, and a table of flush groups (32 entries each: output index and slot) that
 ``grid_ring_flush`` (prelude.cuh) walks.  H200, float32, atlas Minv at N = 16384: 326 us with
 the per-thread stores, 137 with a ring of 256 slots and a slot per output (128 slots: 165; every
-store coalesced, a layout the outputs' contract does not allow: 56).  The shared slots (the
-ring sized to the distinct values) are not yet timed on the GPU: by the schedule alone, atlas
-Minv's stores a state touch 113 sectors and 29 lines in 29 store instructions (the fewest its
-3.6 KB allow), against 196 and 96 with a slot an entry.
+store coalesced, a layout the outputs' contract does not allow: 56).  With the shared slots (the
+ring sized to the distinct values; atlas Minv's stores a state touch 113 sectors and 29 lines in
+29 store instructions, the fewest its 3.6 KB allow, against 196 and 96 with a slot an entry) and
+the launch spread over the SMs in whole warps: 66 us (fda5422, graph replay).
 """
 
 from __future__ import annotations
