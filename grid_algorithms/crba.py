@@ -278,7 +278,9 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
               "plain / ring (fda5422): atlas N=2048 23.5 / 18.7, 4096 63.8 / 18.9, 16384 305 / 38.0, 65536 "
               "1552 / 130; g1 2048 30.8 / 23.8, 4096 82.4 / 24.2, 16384 478 / 55.0, 65536 2556 / 206; below "
               "CRBA_RING_MIN_N the plain stores win (atlas 1024: 10.8 / 18.6); kernel us at 262144 "
-              "(c329954): atlas 494, 2.2x the memory floor, g1 758, 2.5x. With it the per-state layout is the faster at every "
+              "(b000eab, blocks of the warps that keep the most resident: ten an SM on atlas, five on g1): "
+              "atlas 509, 2.2x the memory floor (494 in blocks of four warps, eight an SM), g1 779, 2.5x "
+              "(758). With it the per-state layout is the faster at every "
               "N measured on both (crossover 1; it was 16384 on atlas and never on g1): g1 N=1024 18.0 against "
               "the block layout's 41.4",
     )
