@@ -279,3 +279,27 @@ def test_no_user_page_points_at_documents_the_user_does_not_have(site_html):
     for name, alg in registered().items():
         found += [f"grid review {name}: {m.group(0)}" for m in INTERNAL.finditer(alg.review.render(emitted=True))]
     assert found == []
+
+
+def test_the_summary_keeps_each_robots_newest_timings(tmp_path):
+    """A newer run of a few robots (atlas and g1's Minv) takes their rows in the summary; the
+    others (go2, hyq, iiwa14) keep those of the older run that last timed them, which timed g1
+    too (its g1 rows are not in the summary)."""
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        import grid_docs
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "_ext"))
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    for name in ("2026-12-02_H200_b3cf4ce-mapped.json", "2026-12-03_H200_b000eab.json"):
+        shutil.copy(ROOT / "benchmarks" / "results" / name, results / name)
+    text = grid_docs.results_text(tmp_path, tmp_path / "out")
+    summary = text[:text.index("Run log")]
+    parts = {part.split("\n", 1)[0]: part for part in re.split(r"(?m)^(?=\*\*)", summary)
+             if part.startswith("**kernel timings of minv**")}
+    assert len(parts) == 2, list(parts)
+    (newer, newer_body), (older, older_body) = parts.items()
+    assert "(atlas, g1)" in newer and "b000eab" in newer and "minv, g1" in newer_body
+    assert "(iiwa14, hyq, go2)" in older and "b3cf4ce-mapped" in older
+    assert "minv, hyq" in older_body and "minv, g1" not in older_body

@@ -297,10 +297,12 @@ def _algorithms_of(d: dict) -> list[str]:
 
 
 def _run_body(path: Path, d: dict, outdir: Path, h200: dict, rtx5090: dict,
-              parts=("time", "peers", "runtime", "fused", "tuning"), only: str | None = None) -> list[str]:
-    """The plots and tables of one run, those of ``parts`` only."""
+              parts=("time", "peers", "runtime", "fused", "tuning"), only: str | None = None,
+              robots: set[str] | None = None) -> list[str]:
+    """The plots and tables of one run, those of ``parts`` only (the timings of algorithm ``only``
+    and of ``robots`` only, with their variants such as ``atlas-ring``, where given)."""
     out: list[str] = []
-    all_rows = d.get("time") or []
+    all_rows = [r for r in d.get("time") or [] if robots is None or _robot_of(r["robot"], robots)]
     algs = [a for a in _algorithms_of(d) if only is None or a == only]
     if "time" in parts:
         for alg in algs:
@@ -377,9 +379,23 @@ def results_text(root: Path, outdir: Path) -> str:
     for part, what in (("time", "kernel timings"), ("peers", "peers side by side (MJX)"),
                        ("runtime", "runtime overheads"), ("fused", "fused control step"), ("tuning", "tuning")):
         for alg in (algs if part == "time" else [None]):
-            # kernel timings: the newest run of each algorithm
-            newest = next(((path, d) for path, d in data if d.get(part) and (alg is None or alg in _algorithms_of(d))),
-                          None)
+            if part == "time":
+                # kernel timings: of each algorithm and robot, the newest run that timed it (a run
+                # of a few robots leaves the others' newest figures where they were)
+                picks: dict[Path, set[str]] = {}
+                for robot in _robots([r for _, d in data for r in d.get("time") or []
+                                      if r.get("algorithm", "inverse_dynamics") == alg]):
+                    path = next(p for p, d in data if any(
+                        r.get("algorithm", "inverse_dynamics") == alg and r["robot"] == robot for r in d.get("time") or []))
+                    picks.setdefault(path, set()).add(robot)
+                for path, d in data:
+                    if path in picks:
+                        names = ", ".join(_robots([{"robot": x} for x in picks[path]]))
+                        out += [f"**{what} of {alg}** ({escape(names)}), from the run of {escape(d.get('date', '?'))} "
+                                f"({escape(d.get('gpu', '?'))}, commit ``{d.get('commit', '?')}``):", ""]
+                        out += _run_body(path, d, outdir, h200, rtx5090, (part,), only=alg, robots=picks[path])
+                continue
+            newest = next(((path, d) for path, d in data if d.get(part)), None)
             if newest is not None:
                 path, d = newest
                 label = f"{what} of {alg}" if alg else what
@@ -394,6 +410,11 @@ def results_text(root: Path, outdir: Path) -> str:
             out += ["This run recorded no kernel timings.", ""]
         out += _run_body(path, d, outdir, h200, rtx5090)
     return "\n".join(out) + "\n"
+
+
+def _robot_of(name: str, robots: set[str]) -> bool:
+    """Whether a timing row's robot (``atlas``, or a variant such as ``atlas-ring``) is one of ``robots``."""
+    return name in robots or any(name.startswith(f"{x}-") for x in robots)
 
 
 def literal_path(name: str) -> str:
