@@ -376,32 +376,33 @@ def results_text(root: Path, outdir: Path) -> str:
     # the page opens with a summary: of each kind of result, the newest run that has it
     out += heading("Summary: the newest results", "-")
     algs = sorted({a for _, d in data for a in _algorithms_of(d)}, key=lambda a: (a != "inverse_dynamics", a))
-    for part, what in (("time", "kernel timings"), ("peers", "peers side by side (MJX)"),
-                       ("runtime", "runtime overheads"), ("fused", "fused control step"), ("tuning", "tuning")):
-        for alg in (algs if part == "time" else [None]):
-            if part == "time":
-                # kernel timings: of each algorithm and robot, the newest run that timed it (a run
-                # of a few robots leaves the others' newest figures where they were)
-                picks: dict[Path, set[str]] = {}
-                for robot in _robots([r for _, d in data for r in d.get("time") or []
-                                      if r.get("algorithm", "inverse_dynamics") == alg]):
-                    path = next(p for p, d in data if any(
-                        r.get("algorithm", "inverse_dynamics") == alg and r["robot"] == robot for r in d.get("time") or []))
-                    picks.setdefault(path, set()).add(robot)
-                for path, d in data:
-                    if path in picks:
-                        names = ", ".join(_robots([{"robot": x} for x in picks[path]]))
-                        out += [f"**{what} of {alg}** ({escape(names)}), from the run of {escape(d.get('date', '?'))} "
-                                f"({escape(d.get('gpu', '?'))}, commit ``{d.get('commit', '?')}``):", ""]
-                        out += _run_body(path, d, outdir, h200, rtx5090, (part,), only=alg, robots=picks[path])
-                continue
-            newest = next(((path, d) for path, d in data if d.get(part)), None)
-            if newest is not None:
-                path, d = newest
-                label = f"{what} of {alg}" if alg else what
-                out += [f"**{label}**, from the run of {escape(d.get('date', '?'))} ({escape(d.get('gpu', '?'))}, "
-                        f"commit ``{d.get('commit', '?')}``):", ""]
-                out += _run_body(path, d, outdir, h200, rtx5090, (part,), only=alg)
+    def algorithm_of(r: dict) -> str:
+        return r.get("algorithm", "inverse_dynamics")
+
+    # kernel timings: of each algorithm and robot, the newest run that timed it (a run of a few
+    # robots leaves the others' newest figures where they were)
+    for alg in algs:
+        robots = _robots([r for _, d in data for r in d.get("time") or [] if algorithm_of(r) == alg])
+        picks: dict[Path, set[str]] = {}
+        for robot in robots:
+            path = next(p for p, d in data
+                        if any(algorithm_of(r) == alg and r["robot"] == robot for r in d.get("time") or []))
+            picks.setdefault(path, set()).add(robot)
+        for path, d in data:
+            if path in picks:
+                names = ", ".join(x for x in robots if x in picks[path])
+                out += [f"**kernel timings of {alg}** ({escape(names)}), from the run of {escape(d.get('date', '?'))} "
+                        f"({escape(d.get('gpu', '?'))}, commit ``{d.get('commit', '?')}``):", ""]
+                out += _run_body(path, d, outdir, h200, rtx5090, ("time",), only=alg, robots=picks[path])
+    # the other results: the newest run that has each
+    for part, what in (("peers", "peers side by side (MJX)"), ("runtime", "runtime overheads"),
+                       ("fused", "fused control step"), ("tuning", "tuning")):
+        newest = next(((path, d) for path, d in data if d.get(part)), None)
+        if newest is not None:
+            path, d = newest
+            out += [f"**{what}**, from the run of {escape(d.get('date', '?'))} ({escape(d.get('gpu', '?'))}, "
+                    f"commit ``{d.get('commit', '?')}``):", ""]
+            out += _run_body(path, d, outdir, h200, rtx5090, (part,))
     out += heading("Run log", "-")
     out += list_table(["file", "date", "GPU", "commit", "phases"], runs)
     for path, d in data:

@@ -602,7 +602,8 @@ class Layers:
         ``i = lane + j * W`` for every ``j`` below ``size``, unrolled.  ``full``: a whole warp of
         states, W = 32 (every value there: no predicate, the offsets constants); else W = ``width``,
         the warp's threads, each value checked against ``count``."""
-        uses_i = not full or re.search(r"\bi\b", stmt) is not None  # a full warp's shared index may not
+        # a full warp's shared stores index by j alone: no i to declare (nvcc warning 177)
+        uses_i = not full or re.search(r"\bi\b", stmt) is not None
         body = [n.Stmt(f"const int i = lane + j * {32 if full else 'width'}")] if uses_i else []
         body += [n.Stmt(stmt)] if full else [n.If(f"i < count * {size}", [n.Stmt(stmt)])]
         loop = [n.Raw("#pragma unroll"), n.For("int j = 0", f"j < {size}", "++j", body)]
