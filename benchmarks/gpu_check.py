@@ -181,6 +181,10 @@ AB_MODES = {
     # forced: from which batch the ring pays (its per_state_ring_min_n; robots without a ring
     # build the same code twice)
     "ring": AB("per_state_ring_min_n", {"ring": 1, "noring": 1 << 30}, _stage_algorithms, _stage_algorithms),
+    # a ring that flushes once: its stores by the table's groups (each state's runs) or as the
+    # warp's whole block of outputs in order (every algorithm with a ring)
+    "ringflush": AB("per_state_ring_flush", {"flushgroups": "groups", "flushwhole": "whole"}, _stage_algorithms,
+                    _stage_algorithms),
     # a small batch spread over every SM or packed into full blocks (every algorithm)
     "spread": AB("per_state_spread", {"spread": True, "packed": False}, lambda: ALGORITHMS, lambda: ALGORITHMS),
 }
@@ -865,6 +869,10 @@ def phase_tune(state: dict) -> None:
             if alg in _stage_algorithms():
                 for mode in ("stage", "ring"):
                     _pick_min_n(entry, mine, r, on_file.get(r, {}), mode)
+                ring_from = entry.get("per_state_ring_min_n", on_file.get(r, {}).get("per_state_ring_min_n", 0))
+                header = BUILD / r / "grid.cuh"
+                if header.exists() and f"{alg.upper()}_RING_SLOTS" in header.read_text():  # a robot with a ring
+                    _pick_ring(entry, mine, r, on_file.get(r, {}), "ringflush", "flushgroups", ring_from)
             tuning["robots"][r] = entry
         state["tuning"][alg] = tuning
         path.write_text(json.dumps(tuning, indent=1) + "\n")
@@ -932,6 +940,30 @@ def _pick_min_n(entry: dict, rows: list, robot: str, on_file: dict, mode: str) -
     entry[ab.option] = next((n for n in common if all(t[fast][m] <= 1.03 * t[slow][m] for m in common if m >= n)),
                             max(common) + 1)
     entry[figures] = {str(n): {fast: t[fast][n], slow: t[slow][n]} for n in common}
+
+
+def _pick_ring(entry: dict, rows: list, robot: str, on_file: dict, mode: str, default: str, ring_from: int) -> None:
+    """The form of ring A/B ``mode`` (its forced builds in this run) whose per-state kernel times
+    have the smallest geometric mean over the batch sizes where the ring runs (from ``ring_from``,
+    at least one warp an SM) and every form was timed; the default form unless another is more
+    than 3% faster (noise).  Without the A/B the choice on file stays."""
+    ab = AB_MODES[mode]
+    t = {form: {x["n"]: x[TUNE_METRIC] for x in rows if x["robot"] == f"{robot}-{form}" and x["layout"] == "per_state"}
+         for form in ab.forms}
+    common = sorted(set.intersection(*(set(v) for v in t.values())))
+    common = [n for n in common if n >= max(ring_from, 4096)]
+    figures = f"{mode}_ab_geomean_us"
+    if not common:
+        entry.update({k: on_file[k] for k in (ab.option, figures) if k in on_file})
+        return
+    gm = {form: _geomean(t[form][n] for n in common) for form in ab.forms}
+    best = min(gm, key=gm.get)
+    if gm[best] > 0.97 * gm[default]:
+        best = default
+    value = ab.forms[best]
+    entry[ab.option] = value
+    entry[figures] = {form: round(v, 3) for form, v in gm.items()}
+    entry[f"{mode}_ab_sizes"] = common
 
 
 def _pick_frame(entry: dict, rows: list, robot: str, on_file: dict) -> None:

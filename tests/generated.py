@@ -177,3 +177,40 @@ def check_ring_batch(kind: str, name: str, algorithm: str, rng) -> None:
         out = getattr(backend(kind, name, False, dtype).with_launch(layout="per_state"), algorithm)(q)
         assert out.shape == (n, robot.nv, robot.nv)
         assert_close(out[pick], expected, TOL[dtype], f"{name} {algorithm} {np.dtype(dtype).name} N={n} (ring)")
+
+
+def check_ring_forms(kind: str, name: str, algorithm: str, forms: list[tuple[dict, bool]], rng) -> None:
+    """``algorithm``'s ring kernel on robot ``name`` with the algorithm options of each of ``forms``
+    (``(options, whether its one flush stores the whole block)``) forced, the ring on from one
+    state: the header calls the flush asked for (``per_state_ring_flush`` whole: the warp's whole
+    block of outputs where the ring flushes once, else the groups), and a batch of whole warps and
+    a partial one equals the Reference (float64; the GPU, float32 too)."""
+    import re
+
+    from grid_core import Reference
+    from grid_core.composer import generate
+    from grid_core.testing import assert_close, random_state
+
+    robot = load(name)
+    n = 3 * 32 + 5
+    q = random_state(robot, rng, n)[0]
+    expected = getattr(Reference(robot), algorithm)(q)
+    for form, whole_block in forms:
+        opts = {"algorithm_options": {algorithm: {**form, "per_state_ring_min_n": 1}}}
+        header = generate(robot, [algorithm], **opts)
+        assert re.search(rf"{algorithm.upper()}_RING_SLOTS = \d+;", header), "no ring kernel"
+        flushes, whole = header.count("grid_ring_flush<T,"), header.count("grid_ring_flush_whole<T,")
+        assert (whole, flushes > 0) == ((1, False) if whole_block else (0, True)), (form, whole, flushes)
+        flushes += whole
+        for dtype in (np.float64, np.float32) if kind == "gpu" else (np.float64,):
+            if kind == "gpu":
+                from grid_core.runtime import RobotHandle
+
+                b = RobotHandle(robot, [algorithm], dtype, quiet=True, **opts)
+            else:
+                from grid_core.testing import Emulated
+
+                b = Emulated(robot, [algorithm], dtype, quiet=True, **opts)
+            b.set_poison(True)
+            out = getattr(b.with_launch(layout="per_state"), algorithm)(q)
+            assert_close(out, expected, TOL[dtype], f"{name} {algorithm} {form} {np.dtype(dtype).name} ({flushes} flushes)")

@@ -63,6 +63,13 @@ class LayerOptions:
     ring of shared memory (grid_core.emit.ring).  0: the measured choice (or the default), else
     from that batch on."""
 
+    per_state_ring_flush: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "groups", "whole")))
+    """How the ring's flush stores where one flush, at the end, holds every output (the ring holds
+    the state's distinct values): ``groups`` (the table's groups of each state's runs, a store
+    instruction a group and state), ``whole`` (the warp's states' outputs as the one contiguous
+    block they are, in order: whole lines, four values a lane where T is float), or ``auto`` (the
+    measured choice for the robot, else groups).  A ring that flushes more often takes groups."""
+
     per_state_spread: bool = True
     """Whether a per-state launch spreads a batch too small to fill a block on every SM over all
     of them (blocks of ``ceil(N / SMs)`` states, down to one: each SM then issues and stores for

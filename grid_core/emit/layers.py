@@ -300,9 +300,18 @@ class Layers:
                 if STAGE_KB * 1024 // (sum(self._staged_row()) * 4) < 32:  # STAGED_THREADS<float>() == 0
                     self._ring_plan = ring.plan(
                         self.state_nodes, p.name, _size(p),
-                        lambda g0, g1: n.Stmt(f"grid_ring_flush<T, {_size(p)}>({p.name}, tile, {self.pfx}_RING_TABLE, {g0}, {g1}, "
-                                              "lane, width, mask, count)"))
+                        lambda g0, g1: n.Stmt(f"grid_ring_flush<T, {_size(p)}>({p.name}, tile, "
+                                              f"{self.pfx}_RING_TABLE, {g0}, {g1}, lane, width, mask, count)"),
+                        whole_call=(lambda: n.Stmt(f"grid_ring_flush_whole<T, {_size(p)}>({p.name}, tile, "
+                                                   f"{self.pfx}_RING_SLOT_OF, lane, width, mask, count)"))
+                        if self._ring_choice("flush", "auto", "groups") == "whole" else None)
         return self._ring_plan
+
+    def _ring_choice(self, knob: str, unset, default):
+        """The ring's ``per_state_ring_<knob>``: the algorithm option where set, else the measured
+        choice of the tuning file, else ``default``."""
+        given = getattr(self.ctx.algorithm_options, f"per_state_ring_{knob}", unset)
+        return given if given != unset else self.ctx.tuning.get(f"per_state_ring_{knob}", default)
 
     def _staged_row(self) -> list[int]:
         """Values per state of the staged kernel's shared memory: each staged input's, then each
@@ -697,16 +706,33 @@ class Layers:
                   if "per_state_ring_min_n" in self.ctx.tuning else "default, not yet measured")
         groups = len(plan.table) // ring.GROUP
         rows = [", ".join(str(x) for x in plan.table[k:k + 8]) for k in range(0, len(plan.table), 8)]
+
+        def origin(knob: str, unset) -> str:
+            if getattr(self.ctx.algorithm_options, f"per_state_ring_{knob}", unset) != unset:
+                return "the algorithm option"
+            return "measured" if f"per_state_ring_{knob}" in self.ctx.tuning else "the default"
+
         return [
             n.Comment(f"Too large to stage whole: the per-state outputs go through each warp's ring of {plan.slots} slots\n"
                       f"(grid_core.emit.ring), for batches of at least {pfx}_RING_MIN_N states ({source})."),
             n.Stmt(f"static constexpr int {pfx}_RING_SLOTS = {plan.slots}"),
             n.Stmt(f"static constexpr int {pfx}_RING_MIN_N = {min_n}"),
-            n.Comment(f"The ring's {groups} flush groups ({plan.flushes} flushes), 32 entries each: output index | slot << 16\n"
-                      "(0xffff: none)."),
-            n.Raw(f"static __device__ const unsigned int {pfx}_RING_TABLE[{len(plan.table)}] = {{\n"
-                  + ",\n".join(f"    {r}" for r in rows) + "};"),
-        ]
+            *self._ring_table(plan, rows, groups, origin("flush", "auto"))]
+
+    def _ring_table(self, plan, rows: list[str], groups: int, origin: str) -> list:
+        """What the ring's flushes read: the slot of each output (one flush of the whole block,
+        ``per_state_ring_flush`` whole), else the table of flush groups."""
+        pfx = self.pfx
+        if plan.slot_of is not None:
+            slots = [", ".join(str(x) for x in plan.slot_of[k:k + 16]) for k in range(0, len(plan.slot_of), 16)]
+            return [n.Comment(f"One flush, at the end, of the warp's whole block of outputs ({origin}): the slot of each\n"
+                              "output (8-byte aligned: four slots a load)."),
+                    n.Raw(f"alignas(8) static __device__ const unsigned short {pfx}_RING_SLOT_OF[{len(plan.slot_of)}] = {{\n"
+                          + ",\n".join(f"    {r}" for r in slots) + "};")]
+        return [n.Comment(f"The ring's {groups} flush groups ({plan.flushes} flushes), 32 entries each: output index | slot << 16\n"
+                          "(0xffff: none)."),
+                n.Raw(f"static __device__ const unsigned int {pfx}_RING_TABLE[{len(plan.table)}] = {{\n"
+                      + ",\n".join(f"    {r}" for r in rows) + "};")]
 
     def _ring_state_fn(self) -> n.Function:
         doc = (f"{self.alg.summary}: one state in one thread, as {self.state.name}, its outputs through\n"

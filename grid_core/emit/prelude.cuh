@@ -625,6 +625,53 @@ __device__ GRID_RING_NOINLINE void grid_ring_flush(T *__restrict__ out, const T 
     __syncwarp(mask);  // the slots free for the next values
 }
 
+// The one flush of a ring that holds every output of its states (grid_core.emit.ring: a single
+// flush, at the end).  The warp's count states' outputs are one contiguous block of count x SIZE
+// values from out, written in order: value f of the block is output f % SIZE of state f / SIZE,
+// held in slot slot_of[f % SIZE] (tile: slot s of state t at s * 33 + t).  Consecutive lanes take
+// consecutive values, so a store instruction writes whole lines (the group flush cuts them at
+// each state's row); on the GPU, in float and with the block 16-byte aligned, four values a lane
+// and one 16-byte store (a quad of a SIZE divisible by 4 never leaves its state, and its four
+// slots are one 8-byte load).
+template <typename T, int SIZE>
+__device__ GRID_RING_NOINLINE void grid_ring_flush_whole(T *__restrict__ out, const T *__restrict__ tile,
+                                                         const unsigned short *__restrict__ slot_of, int lane,
+                                                         int width, unsigned mask, int count) {
+    __syncwarp(mask);  // every lane's values in its slots
+    const int total = count * SIZE;
+    int first = 0;  // the values before it stored four at a time
+#ifdef __CUDA_ARCH__
+    if (sizeof(T) == 4 && width == 32 && (reinterpret_cast<uintptr_t>(out) & 15) == 0) {
+        const int quads = total / 4;
+        #pragma unroll 4
+        for (int k = lane; k < quads; k += 32) {
+            const int f = 4 * k, s = f / SIZE, o = f - s * SIZE;
+            float v[4];
+            if (SIZE % 4 == 0) {
+                const uint2 w = *reinterpret_cast<const uint2 *>(slot_of + o);  // slots o .. o + 3
+                v[0] = float(tile[int(w.x & 0xffffu) * 33 + s]);
+                v[1] = float(tile[int(w.x >> 16) * 33 + s]);
+                v[2] = float(tile[int(w.y & 0xffffu) * 33 + s]);
+                v[3] = float(tile[int(w.y >> 16) * 33 + s]);
+            } else {
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int su = o + u < SIZE ? s : s + 1, ou = o + u < SIZE ? o + u : o + u - SIZE;
+                    v[u] = float(tile[int(slot_of[ou]) * 33 + su]);
+                }
+            }
+            reinterpret_cast<float4 *>(out)[k] = make_float4(v[0], v[1], v[2], v[3]);
+        }
+        first = 4 * quads;
+    }
+#endif
+    for (int f = first + lane; f < total; f += width) {
+        const int s = f / SIZE;
+        out[f] = tile[int(slot_of[f - s * SIZE]) * 33 + s];
+    }
+    __syncwarp(mask);  // the slots free for the next values
+}
+
 template <typename T> __host__ __device__ __forceinline__ T grid_sqrt(T x) {
 #if defined(__CUDA_ARCH__)
     return sqrt(x);

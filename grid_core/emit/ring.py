@@ -21,6 +21,20 @@ store coalesced, a layout the outputs' contract does not allow: 56).  With the s
 ring sized to the distinct values; atlas Minv's stores a state touch 113 sectors and 29 lines in
 29 store instructions, the fewest its 3.6 KB allow, against 196 and 96 with a slot an entry) and
 the launch spread over the SMs in whole warps: 66 us (fda5422, graph replay).
+
+A ring that holds every distinct value flushes once, at the end, and may then store the warp's
+outputs as the one contiguous block they are (``per_state_ring_flush`` whole, measured per
+robot: ``grid_ring_flush_whole`` by each output's slot, whole lines, four values a lane), where the
+groups cut the lines at every state's row.  Nsight Compute on atlas CRBA at N = 262144 with the
+groups (309de44): 10 warps an SM issuing an instruction every 23 cycles, half of them waiting on
+L1TEX, 1.97 TB/s; ten warps an SM took no more states a microsecond than four.  H200 float32 graph
+replay, groups / whole, N = 4096 / 16384 / 65536 / 262144: atlas CRBA 18.7 / 19.4, 34.2 / 28.9,
+136 / 76.7, 505 / 268 (1.18x the memory floor); g1 CRBA 24.3 / 32.9, 55.1 / 42.4, 205 / 141,
+779 / 470; atlas Minv 31.6 / 32.7, 64.5 / 57.4, 231 / 196, 839 / 678 (benchmarks/results/
+experiments/).  Tried and not kept, same run kind: a flush by state (each state's row, then the
+next: the entries reloaded for each) 1.4-2.3x slower; smaller rings than the fit (64 to 192
+slots: more warps resident, more flushes of shorter runs) 1.1-3x slower at N >= 16384; each
+state's inputs loaded into registers before its work, no change (ptxas already issues them early).
 """
 
 from __future__ import annotations
@@ -59,6 +73,9 @@ class RingPlan:
     """Flush points in the body."""
     slots: int
     """Values a state the ring holds."""
+    slot_of: tuple[int, ...] | None = None
+    """Where the one flush, at the end, stores the whole block of the warp's outputs in order
+    (``whole_call``): each output's slot (then ``table`` is empty); else None."""
 
 
 def groups_of(pending: dict[int, int]) -> list[list[int]]:
@@ -124,23 +141,27 @@ def _stores(body: list, out: str):
             yield node, int(m.group(1)), m.group(2), _identity(m.group(2), consts)
 
 
-def plan(body: list, out: str, size: int, flush_call, slots: int | None = None) -> RingPlan | None:
+def plan(body: list, out: str, size: int, flush_call, slots: int | None = None, whole_call=None) -> RingPlan | None:
     """The ring schedule of a straight-line per-state ``body`` whose output array ``out`` (``size``
     values) is written by top-level statements ``out[<constant>] = <expression>``, each index
     exactly once, and never read; None where the body is not of that form (the plain and staged
     kernels remain).  ``flush_call(g0, g1)`` gives the statement that flushes groups g0 .. g1 - 1.
     A value stored again while it is held (the same number, or the same const temporary, maybe
-    negated) reuses its slot.  ``slots``: the ring's size (default: the distinct values, rounded
-    up to a multiple of 32, at most ``MAX_SLOTS``)."""
+    negated) reuses its slot.  ``slots``: the most the ring holds (the distinct values, rounded up
+    to a multiple of 32, at most ``MAX_SLOTS``, are its size where fewer or none is given).
+    ``whole_call()``, where given, is the statement of a flush that holds every output (the ring
+    flushes once, at the end): it stores the warp's outputs as one block, by ``slot_of``."""
     if size >= NONE:
         return None
-    if slots is None:
-        distinct, seen = 0, set()
-        for _, index, _, ident in _stores(body, out):
-            if index is not None and (ident is None or ident not in seen):
-                distinct += 1
-                seen.add(ident)
-        slots = min(MAX_SLOTS, -(-max(distinct, 1) // GROUP) * GROUP)
+    distinct, seen = 0, set()
+    for _, index, _, ident in _stores(body, out):
+        if index is not None and (ident is None or ident not in seen):
+            distinct += 1
+            seen.add(ident)
+    fit = min(MAX_SLOTS, -(-max(distinct, 1) // GROUP) * GROUP)
+    if slots is not None and slots < 1:
+        raise ValueError(f"a ring of {slots} slots holds no value")
+    slots = fit if slots is None else min(slots, fit)
     if slots >= 1 << 16:
         return None
     mention = re.compile(rf"\b{re.escape(out)}\b")
@@ -186,5 +207,8 @@ def plan(body: list, out: str, size: int, flush_call, slots: int | None = None) 
         used += 1
     if len(written) != size:
         return None  # an output the code never writes (the plain kernel leaves it as it was)
+    if whole_call is not None and flushes == 0:
+        new.append(whole_call())
+        return RingPlan(tuple(new), (), 1, slots, tuple(pending[i] for i in range(size)))
     flush()
     return RingPlan(tuple(new), tuple(table), flushes, slots)

@@ -16,7 +16,7 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.generated import BACKENDS, TOL, backend, backend_cases, check_ring_batch, check_staged_batch, launches
+from tests.generated import BACKENDS, TOL, backend, backend_cases, check_ring_batch, check_ring_forms, check_staged_batch, launches
 
 N = 5
 CASES = backend_cases()
@@ -66,3 +66,10 @@ def test_staged_batch(kind, name, rng):
 def test_ring_batch(kind, name, rng):
     """A batch past the ring threshold on robots too large to stage whole (tests.generated.check_ring_batch)."""
     check_ring_batch(kind, name, "crba", rng)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_ring_forms(kind, rng):
+    """The ring kernel with its flush forced (tests.generated.check_ring_forms)."""
+    check_ring_forms(kind, "atlas", "crba", [({"per_state_ring_flush": "whole"}, True),
+                                             ({"per_state_ring_flush": "groups"}, False)], rng)

@@ -29,6 +29,7 @@ from tests.generated import (
     backend,
     backend_cases,
     check_ring_batch,
+    check_ring_forms,
     check_staged_batch,
     launches,
 )
@@ -103,3 +104,9 @@ def test_staged_batch(kind, name, rng):
 def test_ring_batch(kind, name, rng):
     """A batch past the ring threshold on robots too large to stage whole (tests.generated.check_ring_batch)."""
     check_ring_batch(kind, name, "minv", rng)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_ring_forms(kind, rng):
+    """The ring kernel with its flush forced: g1 flushes twice, so by groups (tests.generated.check_ring_forms)."""
+    check_ring_forms(kind, "g1", "minv", [({"per_state_ring_flush": "whole"}, False)], rng)

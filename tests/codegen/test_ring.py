@@ -3,6 +3,8 @@ slots and flush table a small body gets, derived by hand, and the bodies it refu
 
 from __future__ import annotations
 
+import pytest
+
 from grid_core.emit import nodes as n
 from grid_core.emit import ring
 
@@ -58,3 +60,19 @@ def test_a_value_stored_twice_takes_one_slot():
         f"tile[{2 * pad} + lane] = x", f"tile[{3 * pad} + lane] = x", "flush(0, 1)"]
     assert plan.table[:7] == (0 | 0 << 16, 1 | 1 << 16, 2 | 1 << 16, 3 | 0 << 16, 4 | 2 << 16, 5 | 3 << 16,
                               ring.NONE)
+
+
+def test_the_ring_size_asked_for_caps_the_fit():
+    """A ring asked for fewer slots than the distinct values flushes whenever it is full; asked for
+    more, it takes the fit (the distinct values rounded up to 32); none is refused."""
+    body = [n.Stmt(f"M[{i}] = q[{i}]") for i in range(70)]
+    assert ring.plan(body, "M", 70, flush_call).slots == 96
+    assert ring.plan(body, "M", 70, flush_call, slots=1 << 15).slots == 96
+    small = ring.plan(body, "M", 70, flush_call, slots=32)
+    assert (small.slots, small.flushes) == (32, 3)
+    assert [x.text for x in small.body if x.text.startswith("flush")] == ["flush(0, 1)", "flush(1, 2)", "flush(2, 3)"]
+    # every entry's slot within the ring; every output in the table once
+    entries = [e for e in small.table if e & 0xFFFF != ring.NONE]
+    assert all(e >> 16 < 32 for e in entries) and sorted(e & 0xFFFF for e in entries) == list(range(70))
+    with pytest.raises(ValueError, match="0 slots"):
+        ring.plan(body, "M", 70, flush_call, slots=0)
