@@ -280,7 +280,11 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
               "CRBA_RING_MIN_N the plain stores win (atlas 1024: 10.8 / 18.6); kernel us at 262144 "
               "(b000eab, blocks of the warps that keep the most resident: ten an SM on atlas, five on g1): "
               "atlas 509, 2.2x the memory floor (494 in blocks of four warps, eight an SM), g1 779, 2.5x "
-              "(758). With it the per-state layout is the faster at every "
+              "(758) with the flush by groups; the one flush of the warp's whole block of outputs in order "
+              "(CRBA_RING_SLOT_OF, measured per robot: whole on atlas and g1), graph us at 4096 / 16384 / "
+              "65536 / 262144 groups vs whole: atlas 18.7 / 34.2 / 136 / 505 vs 19.4 / 28.9 / 76.7 / 268 "
+              "(1.18x the memory floor), g1 24.3 / 55.1 / 205 / 779 vs 32.9 / 42.4 / 141 / 470 (1.53x; "
+              "slower at 4096, one warp an SM). With it the per-state layout is the faster at every "
               "N measured on both (crossover 1; it was 16384 on atlas and never on g1): g1 N=1024 18.0 against "
               "the block layout's 41.4",
     )
