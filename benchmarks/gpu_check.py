@@ -960,8 +960,7 @@ def _pick_ring(entry: dict, rows: list, robot: str, on_file: dict, mode: str, de
     best = min(gm, key=gm.get)
     if gm[best] > 0.97 * gm[default]:
         best = default
-    value = ab.forms[best]
-    entry[ab.option] = value
+    entry[ab.option] = ab.forms[best]
     entry[figures] = {form: round(v, 3) for form, v in gm.items()}
     entry[f"{mode}_ab_sizes"] = common
 

@@ -252,7 +252,10 @@ def runtime_support(max_perf_threads: int) -> list:
             n.For("int t = 32", "t <= max_threads", "t += 32", [
                 n.Stmt("int blocks = 0"),
                 n.If("cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, t, size_t(t / 32) * warp_bytes) "
-                     "!= cudaSuccess", [n.Stmt("continue")]),
+                     "!= cudaSuccess", [
+                         n.Stmt("(void)cudaGetLastError()",
+                                comment="a size the query refuses is skipped, its error not left for the launch's check"),
+                         n.Stmt("continue")]),
                 n.If("blocks * (t / 32) >= most_warps", [n.Stmt("most_warps = blocks * (t / 32)"), n.Stmt("best = t")]),
             ]),
             n.Stmt("return best"),

@@ -304,14 +304,18 @@ class Layers:
                                               f"{self.pfx}_RING_TABLE, {g0}, {g1}, lane, width, mask, count)"),
                         whole_call=(lambda: n.Stmt(f"grid_ring_flush_whole<T, {_size(p)}>({p.name}, tile, "
                                                    f"{self.pfx}_RING_SLOT_OF, lane, width, mask, count)"))
-                        if self._ring_choice("flush", "auto", "groups") == "whole" else None)
+                        if self._ring_knob("flush", "auto", "groups")[0] == "whole" else None)
         return self._ring_plan
 
-    def _ring_choice(self, knob: str, unset, default):
-        """The ring's ``per_state_ring_<knob>``: the algorithm option where set, else the measured
-        choice of the tuning file, else ``default``."""
-        given = getattr(self.ctx.algorithm_options, f"per_state_ring_{knob}", unset)
-        return given if given != unset else self.ctx.tuning.get(f"per_state_ring_{knob}", default)
+    def _ring_knob(self, knob: str, unset, default) -> tuple:
+        """The ring's ``per_state_ring_<knob>`` and where it comes from: the algorithm option where
+        set ("option"), else the tuning file's measured choice ("measured"), else ``default``
+        ("default")."""
+        key = f"per_state_ring_{knob}"
+        given = getattr(self.ctx.algorithm_options, key, unset)
+        if given != unset:
+            return given, "option"
+        return (self.ctx.tuning[key], "measured") if key in self.ctx.tuning else (default, "default")
 
     def _staged_row(self) -> list[int]:
         """Values per state of the staged kernel's shared memory: each staged input's, then each
@@ -700,37 +704,32 @@ class Layers:
 
     def _ring_constants(self) -> list:
         plan, pfx = self.ring_plan, self.pfx
-        given = int(getattr(self.ctx.algorithm_options, "per_state_ring_min_n", 0))
-        min_n = given or int(self.ctx.tuning.get("per_state_ring_min_n", RING_MIN_N))
-        source = ("set by the algorithm option" if given else "measured on the GPU"
-                  if "per_state_ring_min_n" in self.ctx.tuning else "default, not yet measured")
-        groups = len(plan.table) // ring.GROUP
-        rows = [", ".join(str(x) for x in plan.table[k:k + 8]) for k in range(0, len(plan.table), 8)]
-
-        def origin(knob: str, unset) -> str:
-            if getattr(self.ctx.algorithm_options, f"per_state_ring_{knob}", unset) != unset:
-                return "the algorithm option"
-            return "measured" if f"per_state_ring_{knob}" in self.ctx.tuning else "the default"
-
+        min_n, where = self._ring_knob("min_n", 0, RING_MIN_N)
+        source = {"option": "set by the algorithm option", "measured": "measured on the GPU",
+                  "default": "default, not yet measured"}[where]
         return [
             n.Comment(f"Too large to stage whole: the per-state outputs go through each warp's ring of {plan.slots} slots\n"
                       f"(grid_core.emit.ring), for batches of at least {pfx}_RING_MIN_N states ({source})."),
             n.Stmt(f"static constexpr int {pfx}_RING_SLOTS = {plan.slots}"),
-            n.Stmt(f"static constexpr int {pfx}_RING_MIN_N = {min_n}"),
-            *self._ring_table(plan, rows, groups, origin("flush", "auto"))]
+            n.Stmt(f"static constexpr int {pfx}_RING_MIN_N = {int(min_n)}"),
+            *self._ring_table(plan)]
 
-    def _ring_table(self, plan, rows: list[str], groups: int, origin: str) -> list:
+    def _ring_table(self, plan) -> list:
         """What the ring's flushes read: the slot of each output (one flush of the whole block,
         ``per_state_ring_flush`` whole), else the table of flush groups."""
         pfx = self.pfx
         if plan.slot_of is not None:
+            origin = {"option": "the algorithm option", "measured": "measured",
+                      "default": "the default"}[self._ring_knob("flush", "auto", "groups")[1]]
             slots = [", ".join(str(x) for x in plan.slot_of[k:k + 16]) for k in range(0, len(plan.slot_of), 16)]
             return [n.Comment(f"One flush, at the end, of the warp's whole block of outputs ({origin}): the slot of each\n"
                               "output (8-byte aligned: four slots a load)."),
                     n.Raw(f"alignas(8) static __device__ const unsigned short {pfx}_RING_SLOT_OF[{len(plan.slot_of)}] = {{\n"
                           + ",\n".join(f"    {r}" for r in slots) + "};")]
-        return [n.Comment(f"The ring's {groups} flush groups ({plan.flushes} flushes), 32 entries each: output index | slot << 16\n"
-                          "(0xffff: none)."),
+        rows = [", ".join(str(x) for x in plan.table[k:k + 8]) for k in range(0, len(plan.table), 8)]
+        groups = len(plan.table) // ring.GROUP
+        return [n.Comment(f"The ring's {groups} flush groups ({plan.flushes} flushes), 32 entries each: "
+                          "output index | slot << 16\n(0xffff: none)."),
                 n.Raw(f"static __device__ const unsigned int {pfx}_RING_TABLE[{len(plan.table)}] = {{\n"
                       + ",\n".join(f"    {r}" for r in rows) + "};")]
 

@@ -147,21 +147,19 @@ def plan(body: list, out: str, size: int, flush_call, slots: int | None = None, 
     exactly once, and never read; None where the body is not of that form (the plain and staged
     kernels remain).  ``flush_call(g0, g1)`` gives the statement that flushes groups g0 .. g1 - 1.
     A value stored again while it is held (the same number, or the same const temporary, maybe
-    negated) reuses its slot.  ``slots``: the most the ring holds (the distinct values, rounded up
-    to a multiple of 32, at most ``MAX_SLOTS``, are its size where fewer or none is given).
-    ``whole_call()``, where given, is the statement of a flush that holds every output (the ring
-    flushes once, at the end): it stores the warp's outputs as one block, by ``slot_of``."""
+    negated) reuses its slot.  ``slots``: the ring's size (default: the distinct values, rounded
+    up to a multiple of 32, at most ``MAX_SLOTS``).  ``whole_call()``, where given, is the statement
+    of a flush that holds every output (the ring flushes once, at the end): it stores the warp's
+    outputs as one block, by ``slot_of``."""
     if size >= NONE:
         return None
-    distinct, seen = 0, set()
-    for _, index, _, ident in _stores(body, out):
-        if index is not None and (ident is None or ident not in seen):
-            distinct += 1
-            seen.add(ident)
-    fit = min(MAX_SLOTS, -(-max(distinct, 1) // GROUP) * GROUP)
-    if slots is not None and slots < 1:
-        raise ValueError(f"a ring of {slots} slots holds no value")
-    slots = fit if slots is None else min(slots, fit)
+    if slots is None:
+        distinct, seen = 0, set()
+        for _, index, _, ident in _stores(body, out):
+            if index is not None and (ident is None or ident not in seen):
+                distinct += 1
+                seen.add(ident)
+        slots = min(MAX_SLOTS, -(-max(distinct, 1) // GROUP) * GROUP)
     if slots >= 1 << 16:
         return None
     mention = re.compile(rf"\b{re.escape(out)}\b")
