@@ -495,8 +495,7 @@ class MinvOptions(sweeps.SweepOptions):
 
 def frame_of(ctx) -> str:
     """The per-state column frame of an emit context: the option, else the measured one, else root."""
-    frame = getattr(ctx.algorithm_options, "per_state_frame", "auto")
-    return frame if frame != "auto" else ctx.tuning.get("per_state_frame", "root")
+    return ctx.knob("per_state_frame", "auto", "root")[0]
 
 
 class MinvEmitter(Emitter):

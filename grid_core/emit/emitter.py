@@ -89,6 +89,15 @@ class EmitContext:
     algorithm_options: Any = None
     """This algorithm's ``Emitter.Options`` instance."""
 
+    def knob(self, key: str, unset, default) -> tuple:
+        """Algorithm knob ``key`` and where it comes from: the algorithm option where set (not
+        ``unset``: "option"), else the tuning file's measured value ("measured"), else ``default``
+        ("default")."""
+        given = getattr(self.algorithm_options, key, unset)
+        if given != unset:
+            return given, "option"
+        return (self.tuning[key], "measured") if key in self.tuning else (default, "default")
+
 
 class Emitter:
     """Base class of an algorithm's code generator: declarations and the math.
@@ -153,12 +162,10 @@ class Emitter:
             raise PluginError(f"{self.algorithm.name}: bad algorithm option ({exc}); options: {fields}") from None
 
     def stage_min_n(self, ctx: EmitContext) -> int:
-        given = getattr(ctx.algorithm_options, "per_state_stage_min_n", 0)
-        return int(given) if given else int(ctx.tuning.get("per_state_stage_min_n", 1))
+        return int(ctx.knob("per_state_stage_min_n", 0, 1)[0])
 
     def min_blocks(self, ctx: EmitContext) -> int:
-        given = getattr(ctx.algorithm_options, "per_state_min_blocks", 0)
-        return int(given) if given else int(ctx.tuning.get("per_state_min_blocks", 1))
+        return int(ctx.knob("per_state_min_blocks", 0, 1)[0])
 
     def inner_body(self, layers) -> list:
         """The statements of ``X_inner`` after its placement: the block-cooperative math of

@@ -304,18 +304,8 @@ class Layers:
                                               f"{self.pfx}_RING_TABLE, {g0}, {g1}, lane, width, mask, count)"),
                         whole_call=(lambda: n.Stmt(f"grid_ring_flush_whole<T, {_size(p)}>({p.name}, tile, "
                                                    f"{self.pfx}_RING_SLOT_OF, lane, width, mask, count)"))
-                        if self._ring_knob("flush", "auto", "groups")[0] == "whole" else None)
+                        if self.ctx.knob("per_state_ring_flush", "auto", "groups")[0] == "whole" else None)
         return self._ring_plan
-
-    def _ring_knob(self, knob: str, unset, default) -> tuple:
-        """The ring's ``per_state_ring_<knob>`` and where it comes from: the algorithm option where
-        set ("option"), else the tuning file's measured choice ("measured"), else ``default``
-        ("default")."""
-        key = f"per_state_ring_{knob}"
-        given = getattr(self.ctx.algorithm_options, key, unset)
-        if given != unset:
-            return given, "option"
-        return (self.ctx.tuning[key], "measured") if key in self.ctx.tuning else (default, "default")
 
     def _staged_row(self) -> list[int]:
         """Values per state of the staged kernel's shared memory: each staged input's, then each
@@ -704,7 +694,7 @@ class Layers:
 
     def _ring_constants(self) -> list:
         plan, pfx = self.ring_plan, self.pfx
-        min_n, where = self._ring_knob("min_n", 0, RING_MIN_N)
+        min_n, where = self.ctx.knob("per_state_ring_min_n", 0, RING_MIN_N)
         source = {"option": "set by the algorithm option", "measured": "measured on the GPU",
                   "default": "default, not yet measured"}[where]
         return [
@@ -720,7 +710,7 @@ class Layers:
         pfx = self.pfx
         if plan.slot_of is not None:
             origin = {"option": "the algorithm option", "measured": "measured",
-                      "default": "the default"}[self._ring_knob("flush", "auto", "groups")[1]]
+                      "default": "the default"}[self.ctx.knob("per_state_ring_flush", "auto", "groups")[1]]
             slots = [", ".join(str(x) for x in plan.slot_of[k:k + 16]) for k in range(0, len(plan.slot_of), 16)]
             return [n.Comment(f"One flush, at the end, of the warp's whole block of outputs ({origin}): the slot of each\n"
                               "output (8-byte aligned: four slots a load)."),

@@ -172,5 +172,4 @@ class SweepOptions(LayerOptions):
 
 def form_of(ctx) -> str:
     """The sweep form of an emit context: the option, else the measured winner, else levels."""
-    p1 = getattr(ctx.algorithm_options, "p1", "auto")
-    return p1 if p1 != "auto" else ctx.tuning.get("p1", "levels")
+    return ctx.knob("p1", "auto", "levels")[0]
