@@ -150,6 +150,14 @@ class CpuHandle(AbiBackend):
         self._path = build_cpu_library(self.robot, algorithms, quiet=quiet, **generate_options)
         self._handle = None
 
+    def with_launch(self, **kw):
+        """The same build with another launch configuration; the layout stays per-state (the
+        CPU build compiles no block kernels)."""
+        if kw.get("layout", "per_state") != "per_state":
+            raise ValueError(f"CpuHandle runs the per-state layout only (its build has no block kernels), "
+                             f"not layout={kw['layout']!r}")
+        return super().with_launch(**kw)
+
     def _settings_of(self, name: str) -> tuple[int, int, int, int, int]:
         # the CPU entry takes the worker count where the host form takes ``transfer``
         return (*super()._settings_of(name)[:4], self.workers)

@@ -162,6 +162,21 @@ def test_bad_thread_counts_and_cuda_arrays_are_refused():
     assert cpu("iiwa14").accepts_device_arrays is False
 
 
+def test_block_layout_is_refused_by_name():
+    """The CPU build compiles the per-state layout alone: asking for the block layout is a clear
+    error, not a launch that fails inside the library."""
+    with pytest.raises(ValueError, match="per-state layout only"):
+        cpu("iiwa14").with_launch(layout="block")
+    assert cpu("iiwa14").with_launch(threads=1).layout == "per_state"
+    import subprocess
+
+    symbols = subprocess.run(["nm", "-C", str(cpu("iiwa14")._path)], capture_output=True, text=True,
+                             check=True).stdout
+    kernels = set(re.findall(r"grid::(\w+_kernel)<", symbols))
+    assert {f"{a}_per_state_kernel" for a in EMITTED} <= kernels, kernels
+    assert not {f"{a}_kernel" for a in EMITTED} & kernels, "a block kernel compiled into the CPU build"
+
+
 def test_public_and_loaded_lazily():
     from grid_core.runtime.cpu import CpuHandle
 
