@@ -83,8 +83,18 @@ def general_calls(monkeypatch):
     return watch
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """`gpu`-marked tests need a CUDA device; they skip only when none is present."""
+    """Every test of one robot goes to one pytest-xdist worker (``--dist loadgroup``, pyproject's
+    addopts): the libraries its tests compile (emulated, CPU, nvcc) are then built once, where two
+    workers reaching the same robot at the same time each compiled them (the duplicate minutes
+    of CI).  `gpu`-marked tests need a CUDA device; they skip only when none is present."""
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        robot = next((v for k, v in (spec.params.items() if spec else ()) if k in ("name", "robot")
+                      and isinstance(v, str) and v in ROBOTS), None)
+        if robot is not None:
+            item.add_marker(pytest.mark.xdist_group(f"robot-{robot}"))
     if not any(item.get_closest_marker("gpu") for item in items):
         return
     from grid_core.runtime import device_count
