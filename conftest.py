@@ -59,10 +59,11 @@ def robot_cache():
 
 @pytest.fixture
 def rng(request):
-    """A generator seeded from the test's id: reproducible, different per test."""
+    """A generator seeded from the test's id: reproducible, different per test, the same with and
+    without pytest-xdist (whose ``--dist loadgroup`` appends ``@group`` to the id on its workers)."""
     import zlib
 
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.split("@", 1)[0].encode()))
 
 
 @pytest.fixture
