@@ -122,3 +122,17 @@ def build_reported(what: str, target: str, failure: str, label: str, sources: di
 
 def host_compiler() -> list[str]:
     return [os.environ.get("CXX", "g++")]
+
+
+def private_symbols(nvcc: bool = False) -> list[str]:
+    """Compiler flags that keep a library's symbols its own when several are loaded in one process.
+
+    g++ makes a function-local static of an inline function or a template (a launcher's once-only
+    shared-memory opt-in, its block size, the device queries) a process-wide unique symbol, which
+    the dynamic linker shares between every library that defines it, ``RTLD_LOCAL`` or not: with
+    two libraries in one process (two robots, or one robot built with other options) the second
+    took the first's ``static`` opt-in as its own and launched its kernel without it (CUDA
+    "invalid argument").  ``-fno-gnu-unique`` keeps those statics per library; ``-Bsymbolic``
+    binds the library's calls to its own definitions even where it is loaded ``RTLD_GLOBAL``."""
+    return ["-Xcompiler", "-fno-gnu-unique", "-Xlinker", "-Bsymbolic"] if nvcc else ["-fno-gnu-unique",
+                                                                                    "-Wl,-Bsymbolic"]

@@ -28,7 +28,7 @@ FLAGS = ("-std=c++17", "-O3", "-march=native", "-fno-math-errno", "-fPIC", "-sha
 
 
 def cpu_command() -> list[str]:
-    return [*buildcache.host_compiler(), *FLAGS, "-o", "{out}", "abi.cpp"]
+    return [*buildcache.host_compiler(), *FLAGS, *buildcache.private_symbols(), "-o", "{out}", "abi.cpp"]
 
 
 @functools.cache

@@ -13,7 +13,7 @@ def nvcc_command(nvcc: str, arch: str) -> list[str]:
     """Machine code for this GPU only (the library is built where it runs), stripped."""
     num = arch.split("_", 1)[-1]
     return [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}", "-Xcompiler", "-fPIC",
-            "-shared", "-Xlinker", "--strip-all", "-o", "{out}", "abi.cu"]
+            "-shared", *buildcache.private_symbols(nvcc=True), "-Xlinker", "--strip-all", "-o", "{out}", "abi.cu"]
 
 
 def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet: bool = False, **generate_options):

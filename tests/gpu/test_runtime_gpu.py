@@ -169,3 +169,25 @@ def test_two_processes_building_the_same_handle(tmp_path):
     assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
     assert len({o[0].strip() for o in outs}) == 1
     assert len(os.listdir(tmp_path)) == 1
+
+
+def test_two_libraries_in_one_process_keep_their_own_launch_state(rng):
+    """Two builds of one robot in one process (here Minv's ring with each flush form, atlas, whose
+    float64 ring takes 59 KB a warp: over the 48 KB a kernel gets without its opt-in) each opt their
+    own kernel in and run it, called in turn.  g++ made a launcher's function-local statics (the
+    once-only opt-in, the block size) one symbol for the whole process, so the second library took
+    the first's opt-in as done and its launch failed with "invalid argument"
+    (grid_core.buildcache.private_symbols)."""
+    from grid_core import RobotHandle
+
+    robot = load("atlas")
+    q = random_state(robot, rng, 101)[0]
+    expected = Reference(robot).minv(q)
+    handles = [RobotHandle(robot, ["minv"], np.float64, quiet=True, algorithm_options={
+        "minv": {"per_state_ring_min_n": 1, "per_state_ring_flush": flush}}).with_launch(layout="per_state")
+        for flush in ("whole", "groups")]
+    assert handles[0]._library_file() != handles[1]._library_file()
+    for _ in range(2):
+        for h in handles:
+            h.set_poison(True)
+            assert_close(h.minv(q), expected, 1e-9, f"atlas minv, {h.generate_options}")

@@ -177,6 +177,23 @@ def test_block_layout_is_refused_by_name():
     assert not {f"{a}_kernel" for a in EMITTED} & kernels, "a block kernel compiled into the CPU build"
 
 
+def test_libraries_share_no_symbol_with_another_in_the_process():
+    """No symbol of the CPU or the host-emulated library is process-wide unique (g++'s
+    STB_GNU_UNIQUE for the statics of inline functions and templates, which the dynamic linker
+    shares between every library that defines them, RTLD_LOCAL or not: on the GPU two builds in one
+    process shared a launcher's once-only opt-in).  ``nm`` marks such a symbol ``u``."""
+    import subprocess
+
+    from tests.generated import emulated
+
+    for path in (cpu("iiwa14")._path, emulated("iiwa14", False).library_path()):
+        symbols = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True,
+                                 check=True).stdout.splitlines()
+        assert any(" T grid_abi_" in s for s in symbols), path  # the entries are there
+        unique = [s for s in symbols if s.split()[1:2] == ["u"]]
+        assert unique == [], f"{path.name}: {len(unique)} process-wide unique symbols, e.g. {unique[:2]}"
+
+
 def test_public_and_loaded_lazily():
     from grid_core.runtime.cpu import CpuHandle
 
