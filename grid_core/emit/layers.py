@@ -873,7 +873,7 @@ class Layers:
         if self.has_state:  # the CPU build runs the per-state layout alone
             block = [n.Raw("#ifdef GRID_HOST_CPU"),
                      n.Comment("the CPU build (CpuHandle) runs the per-state layout only: its block kernels, never\n"
-                               "run there, are not compiled (a third of atlas's CPU build time)"),
+                               "run there, are not compiled (atlas's CPU build: 101 -> 72 s of g++)"),
                      n.Stmt("return cudaErrorInvalidValue"),
                      n.Raw("#else"), *block, n.Raw("#endif")]
         body += block

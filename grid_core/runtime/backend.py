@@ -711,7 +711,8 @@ def emulation_command(source: str) -> list[str]:
     # -O0: the generated code is long straight-line code, which g++ optimises slowly (g1 with every
     # emitted algorithm: 91 s at -O1, 31 s at -O0); the emulation runs small batches, for checking
     return [*buildcache.host_compiler(), "-std=c++17", "-O0", "-fPIC", "-shared", *buildcache.private_symbols(),
-            "-DGRID_HOST_EMULATION", "-Wall", "-Wno-unused-variable", "-Wno-unused-but-set-variable", "-o", "{out}", source]
+            "-DGRID_HOST_EMULATION", "-Wall", "-Wno-unused-variable", "-Wno-unused-but-set-variable",
+            "-o", "{out}", source]
 
 
 class Emulated(AbiBackend):

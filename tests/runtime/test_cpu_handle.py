@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import subprocess
 import threading
 
 import numpy as np
@@ -162,17 +163,18 @@ def test_bad_thread_counts_and_cuda_arrays_are_refused():
     assert cpu("iiwa14").accepts_device_arrays is False
 
 
+def symbols_of(path, *flags: str) -> str:
+    """``nm``'s listing of a compiled library."""
+    return subprocess.run(["nm", *flags, str(path)], capture_output=True, text=True, check=True).stdout
+
+
 def test_block_layout_is_refused_by_name():
     """The CPU build compiles the per-state layout alone: asking for the block layout is a clear
     error, not a launch that fails inside the library."""
     with pytest.raises(ValueError, match="per-state layout only"):
         cpu("iiwa14").with_launch(layout="block")
     assert cpu("iiwa14").with_launch(threads=1).layout == "per_state"
-    import subprocess
-
-    symbols = subprocess.run(["nm", "-C", str(cpu("iiwa14")._path)], capture_output=True, text=True,
-                             check=True).stdout
-    kernels = set(re.findall(r"grid::(\w+_kernel)<", symbols))
+    kernels = set(re.findall(r"grid::(\w+_kernel)<", symbols_of(cpu("iiwa14")._path, "-C")))
     assert {f"{a}_per_state_kernel" for a in EMITTED} <= kernels, kernels
     assert not {f"{a}_kernel" for a in EMITTED} & kernels, "a block kernel compiled into the CPU build"
 
@@ -182,13 +184,10 @@ def test_libraries_share_no_symbol_with_another_in_the_process():
     STB_GNU_UNIQUE for the statics of inline functions and templates, which the dynamic linker
     shares between every library that defines them, RTLD_LOCAL or not: on the GPU two builds in one
     process shared a launcher's once-only opt-in).  ``nm`` marks such a symbol ``u``."""
-    import subprocess
-
     from tests.generated import emulated
 
     for path in (cpu("iiwa14")._path, emulated("iiwa14", False).library_path()):
-        symbols = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True, text=True,
-                                 check=True).stdout.splitlines()
+        symbols = symbols_of(path, "-D", "--defined-only").splitlines()
         assert any(" T grid_abi_" in s for s in symbols), path  # the entries are there
         unique = [s for s in symbols if s.split()[1:2] == ["u"]]
         assert unique == [], f"{path.name}: {len(unique)} process-wide unique symbols, e.g. {unique[:2]}"
