@@ -161,6 +161,14 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "",
         "void grid_abi_set_poison(int on) { poison_outputs = on; }",
         "",
+        "// The process's one thread pool (grid_host::PoolTable): the table this library's jobs run on,",
+        "// and the adoption of another library's (1: adopted; 0: another version's, refused).",
+        "const void *grid_host_pool_lend(void) { return grid_host::lend_pool(); }",
+        "",
+        "int grid_host_pool_adopt(const void *table) {",
+        "    return grid_host::adopt_pool(static_cast<const grid_host::PoolTable *>(table)) ? 1 : 0;",
+        "}",
+        "",
     ]
     for fn in abi_functions(robot, algorithms):
         lines += _function_source(fn, ns, robot)

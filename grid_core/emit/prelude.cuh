@@ -220,6 +220,59 @@ class WorkerPool {
     std::atomic<size_t> next_{0}, done_{0};  // the first item not claimed yet, the items done
     std::atomic<int> joined_{0};
 };
+
+// One pool for the process.  Each library built from a header has a WorkerPool of its own; two
+// libraries in one process (two robots, or one robot built with other options) would keep two
+// sets of workers, each spinning after its jobs on the cores the other library's job wants
+// (measured on 2 cores: iiwa14's and hyq's CRBA on two threads, called in turn, 19 -> 35 us and
+// 38 -> 54-72 us).  So a library can run its jobs on another library's pool: the runtime takes
+// the first library's table (the C ABI's grid_host_pool_lend) and hands it to every library it
+// loads after (grid_host_pool_adopt).  A plain C table, versioned: a library built from another
+// version of this prelude refuses it and keeps its own pool.  A job is a function of the library
+// that submits it, so it runs that library's code (and thread-locals) on the lender's workers.
+constexpr uint32_t POOL_TABLE_VERSION = 1;
+struct PoolTable {
+    uint32_t version, size;
+    void (*run)(WorkerPool::Job job, void *context, size_t items, size_t grain, size_t threads,
+                long long spin_least_us, int spin_paced);
+};
+
+// This library's own pool, as a table.
+inline const PoolTable *own_pool() {
+    static const PoolTable table{
+        POOL_TABLE_VERSION, uint32_t(sizeof(PoolTable)),
+        [](WorkerPool::Job job, void *context, size_t items, size_t grain, size_t threads, long long least_us,
+           int paced) {
+            WorkerPool::instance().run(job, context, items, grain, threads,
+                                       WorkerPool::Spin{std::chrono::microseconds(least_us), paced != 0});
+        }};
+    return &table;
+}
+
+// The pool this library's jobs run on: another library's once adopted, else its own.
+inline std::atomic<const PoolTable *> &pool_in_use() {
+    static std::atomic<const PoolTable *> table{nullptr};
+    return table;
+}
+
+inline const PoolTable *lend_pool() {
+    const PoolTable *t = pool_in_use().load(std::memory_order_acquire);
+    return t != nullptr ? t : own_pool();
+}
+
+// Whether `table` was adopted (a table of this version).  The runtime adopts at load, before the
+// library's first job, so its own pool never starts a worker.
+inline bool adopt_pool(const PoolTable *table) {
+    if (table == nullptr || table->version != POOL_TABLE_VERSION || table->size != sizeof(PoolTable)) return false;
+    pool_in_use().store(table, std::memory_order_release);
+    return true;
+}
+
+// WorkerPool::run on the pool in use.
+inline void run_on_pool(WorkerPool::Job job, void *context, size_t items, size_t grain, size_t threads,
+                        WorkerPool::Spin spin = WorkerPool::LAUNCH) {
+    lend_pool()->run(job, context, items, grain, threads, static_cast<long long>(spin.least.count()), spin.paced ? 1 : 0);
+}
 } // namespace grid_host
 #endif
 
@@ -337,7 +390,7 @@ inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t s
     };
     const size_t threads = launch_threads(launch_workers);
     const Launch l{kernel, grid, smem_size, std::tuple<Args...>(args...)};
-    grid_host::WorkerPool::instance().run(&Launch::blocks, const_cast<Launch *>(&l), grid.x, grid.x / (64 * threads),
+    grid_host::run_on_pool(&Launch::blocks, const_cast<Launch *>(&l), grid.x, grid.x / (64 * threads),
                                           threads);
 }
 
@@ -375,7 +428,7 @@ inline int first_nonfinite(const T *const *inputs, const size_t *sizes, int coun
     size_t total = 0;
     for (int k = 0; k < count; ++k) total += c.size(k);
     // chunks of at least 4 K values (~0.5 us): a smaller batch is checked by the caller alone
-    grid_host::WorkerPool::instance().run(&Check::values, &c, total, size_t(4096), launch_threads(workers));
+    grid_host::run_on_pool(&Check::values, &c, total, size_t(4096), launch_threads(workers));
     return c.first_bad.load() < count ? c.first_bad.load() : -1;
 }
 } // namespace grid_emu

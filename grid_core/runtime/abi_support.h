@@ -135,7 +135,7 @@ template <typename T> uint32_t copy_segments(const Segment *segments, int count)
     for (int i = 0; i < count; ++i)
         for (size_t from = 0; from < segments[i].bytes; from += GRID_ABI_CHUNK_BYTES)
             context.chunks.push_back({&segments[i], from, std::min(from + GRID_ABI_CHUNK_BYTES, segments[i].bytes)});
-    grid_host::WorkerPool::instance().run(
+    grid_host::run_on_pool(
         [](void *c, size_t begin, size_t end) {
             Context &x = *static_cast<Context *>(c);
             uint32_t b = 0;

@@ -167,9 +167,25 @@ def _outputs(out, ports, n, batch, dtype) -> list[np.ndarray]:
     return checked
 
 
+_POOL: int | None = None
+"""The process's thread pool: the table of the first library loaded (``grid_host_pool_lend``),
+which every library loaded after adopts, so that the libraries of a process share one set of
+workers instead of each spinning its own on the same cores (grid_host::PoolTable)."""
+_POOL_LOCK = threading.Lock()
+
+
 def load_abi(path) -> ctypes.CDLL:
-    """Load a library built from :func:`grid_core.abi.abi_source` and declare its helpers."""
+    """Load a library built from :func:`grid_core.abi.abi_source`, declare its helpers, and have
+    it run its host jobs on the process's one thread pool (:data:`_POOL`)."""
+    global _POOL
     lib = ctypes.CDLL(str(path))
+    lib.grid_host_pool_lend.restype = ctypes.c_void_p
+    lib.grid_host_pool_adopt.argtypes = [ctypes.c_void_p]
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = lib.grid_host_pool_lend()
+        else:
+            lib.grid_host_pool_adopt(_POOL)  # 0 for a table of another version: its own pool then
     lib.grid_abi_error_string.restype = ctypes.c_char_p
     lib.grid_abi_malloc.restype = ctypes.c_void_p
     lib.grid_abi_malloc.argtypes = [ctypes.c_size_t]

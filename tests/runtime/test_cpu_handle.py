@@ -193,6 +193,33 @@ def test_libraries_share_no_symbol_with_another_in_the_process():
         assert unique == [], f"{path.name}: {len(unique)} process-wide unique symbols, e.g. {unique[:2]}"
 
 
+def test_libraries_of_a_process_share_one_thread_pool(rng):
+    """Every library the runtime loads runs its host jobs on the process's one pool (the first
+    library's table, ``grid_host_pool_lend``, adopted by the others): two libraries called in
+    turn on two threads start at most one worker between them, not one each (each spinning after
+    its jobs on the cores the other's job wants: iiwa14's and hyq's CRBA called in turn took
+    19 -> 35 and 38 -> 54-72 us on 2 cores with a pool each)."""
+    import os
+
+    from grid_core.runtime import backend
+
+    def os_threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    # libraries of their own (their own namespace): no other test has started their pools
+    handles = {name: grid_core.CpuHandle(name, algorithms=["crba"], threads=2, quiet=True, namespace=f"pool_{name}")
+               for name in ("iiwa14", "hyq")}
+    states = {name: random_q(load(name), rng, 512) for name in handles}
+    before = os_threads()
+    for _ in range(3):
+        for name, handle in handles.items():
+            assert_close(handle.crba(states[name]), Reference(load(name)).crba(states[name]), 1e-9, name)
+    assert os_threads() - before <= 1, "each library started workers of its own"
+    for handle in handles.values():
+        lend = handle._lib().grid_host_pool_lend
+        assert lend() == backend._POOL is not None
+
+
 def test_public_and_loaded_lazily():
     from grid_core.runtime.cpu import CpuHandle
 
