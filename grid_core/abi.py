@@ -66,15 +66,20 @@ class AbiFunction:
     stage_io: str  # cfg.stage_io of the host form, as Layers.stage_io_rule renders it
 
 
-def abi_functions(robot: Robot, algorithms) -> list[AbiFunction]:
+def abi_functions(robot: Robot, algorithms, dtypes=None) -> list[AbiFunction]:
+    """The entries of every algorithm in each precision of ``dtypes`` (keys of :data:`DTYPES`;
+    ``None``: both)."""
     from .composer import Composer, GenerateOptions
 
+    dtypes = tuple(DTYPES) if dtypes is None else tuple(dtypes)
+    if not set(dtypes) <= set(DTYPES):
+        raise ValueError(f"dtypes must be among {tuple(DTYPES)}, not {dtypes!r}")
     out = []
     composer = Composer(robot, GenerateOptions())
     for alg in resolve_algorithms(algorithms):
         ins = alg.inputs(robot)
         layers = composer.layers(alg.name)
-        for dt in DTYPES:
+        for dt in dtypes:
             out.append(
                 AbiFunction(
                     algorithm=alg.name,
@@ -96,8 +101,9 @@ def support_text() -> str:
     return importlib.resources.files("grid_core.runtime").joinpath("abi_support.h").read_text()
 
 
-def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "grid") -> str:
-    """C++ source of the ABI translation unit (``#include``s the header)."""
+def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "grid", dtypes=None) -> str:
+    """C++ source of the ABI translation unit (``#include``s the header); its entries in each
+    precision of ``dtypes`` (``None``: both; only these instantiate the header's templates)."""
     ns = namespace
     lines = [
         "// Generated C ABI over a GRiD header (grid_core.abi); do not edit.",
@@ -170,7 +176,7 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "}",
         "",
     ]
-    for fn in abi_functions(robot, algorithms):
+    for fn in abi_functions(robot, algorithms, dtypes):
         lines += _function_source(fn, ns, robot)
     lines += ['}  // extern "C"', ""]
     return "\n".join(lines)

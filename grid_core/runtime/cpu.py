@@ -49,14 +49,14 @@ def compiler_identity(compiler: str) -> dict:
             "march": target[0] if target else platform.processor() or platform.machine()}
 
 
-def cpu_entries(robot, algorithms) -> str:
+def cpu_entries(robot, algorithms, dtypes=None) -> str:
     """The numpy entries of the CPU build: per algorithm and precision, the host form's
     signature with ``workers`` in place of ``transfer``; NaN and inf in a state input
     return ``GRID_ABI_NONFINITE_INPUT - k`` as the host form does."""
     from ..abi import DTYPES, PACKED_TAIL, abi_functions
 
     lines = ['extern "C" {']
-    for fn in abi_functions(robot, algorithms):
+    for fn in abi_functions(robot, algorithms, dtypes):
         T = DTYPES[fn.dtype]
         ports = [*fn.outputs, *fn.inputs, *fn.params]
         args = [f"{T} *{p.name}" for p in fn.outputs] + [f"const {T} *{p.name}" for p in (*fn.inputs, *fn.params)]
@@ -94,27 +94,31 @@ def cpu_entries(robot, algorithms) -> str:
     return "\n".join(lines)
 
 
-def cpu_sources(robot, algorithms=None, **generate_options) -> dict[str, str]:
-    """The translation unit of the CPU library: header, C ABI, the CPU entries."""
+def cpu_sources(robot, algorithms=None, dtypes=None, **generate_options) -> dict[str, str]:
+    """The translation unit of the CPU library: header, C ABI, the CPU entries (in each
+    precision of ``dtypes``, ``"f32"`` / ``"f64"``; ``None``: both)."""
     from ..abi import abi_source
     from ..composer import generate
 
     header = generate(robot, algorithms, **generate_options)
     ns = generate_options.get("namespace", "grid")
-    return {"grid.cuh": header, "abi.cpp": abi_source(robot, algorithms, "grid.cuh", ns) + "\n" +
-            cpu_entries(robot, algorithms)}
+    return {"grid.cuh": header, "abi.cpp": abi_source(robot, algorithms, "grid.cuh", ns, dtypes) + "\n" +
+            cpu_entries(robot, algorithms, dtypes)}
 
 
-def build_cpu_library(robot, algorithms=None, *, quiet: bool = False, **generate_options):
-    """Compile header + C ABI as optimised host C++; cached by content (sources, flags,
-    compiler, CPU).  Says so while the compiler runs, and prints one status line after."""
+def build_cpu_library(robot, algorithms=None, *, dtypes=None, quiet: bool = False, **generate_options):
+    """Compile header + C ABI as optimised host C++, the entries of ``dtypes`` only (``None``:
+    both precisions; one precision compiles in about half the time); cached by content
+    (sources, flags, compiler, CPU).  Says so while the compiler runs, and prints one status
+    line after."""
     from ..composer import resolve_algorithms
 
     names = ",".join(a.name for a in resolve_algorithms(algorithms))
+    precision = "" if dtypes is None else " " + ",".join(dtypes)
     cmd = cpu_command()
-    path, _ = buildcache.build_reported(f"{names}[{robot.name}]", "the CPU", "the CPU build failed",
-                                        f"cpu-{robot.name.replace('/', '_')}", cpu_sources(robot, algorithms,
-                                                                                          **generate_options),
+    path, _ = buildcache.build_reported(f"{names}[{robot.name}]{precision}", "the CPU", "the CPU build failed",
+                                        f"cpu-{robot.name.replace('/', '_')}",
+                                        cpu_sources(robot, algorithms, dtypes, **generate_options),
                                         cmd, "libgrid_cpu.so", quiet=quiet, extra=compiler_identity(cmd[0]))
     return path
 
@@ -131,9 +135,10 @@ class CpuHandle(AbiBackend):
     """The generated kernels on the CPU, with the same methods as ``Reference`` and
     ``RobotHandle``: numpy in, numpy out (one state ``(nq,)`` or a batch ``(N, nq)``).
 
-    The header is compiled as optimised host C++ (cached by content) and every call runs the
-    per-state layout, its batch split over ``threads`` worker threads (``None``: every core
-    this process may use; ``1``: the calling thread only).  ``float64`` by default.
+    The header is compiled as optimised host C++ in the handle's precision (cached by content;
+    ``float64`` by default, ``dtype=np.float32`` builds a library of its own) and every call
+    runs the per-state layout, its batch split over ``threads`` worker threads (``None``: every
+    core this process may use; ``1``: the calling thread only).
     ``generate_options`` go to :func:`grid_core.generate`.
     """
 
@@ -147,7 +152,9 @@ class CpuHandle(AbiBackend):
             raise ValueError(f"threads must be None (every core) or a positive integer, not {threads!r}")
         self.workers = default_threads() if threads is None else int(threads)
         self.generate_options = generate_options
-        self._path = build_cpu_library(self.robot, algorithms, quiet=quiet, **generate_options)
+        # its own precision only: the other's entries would double the compile for nothing
+        self._path = build_cpu_library(self.robot, algorithms, dtypes=(self._suffix(),), quiet=quiet,
+                                       **generate_options)
         self._handle = None
 
     def with_launch(self, **kw):

@@ -179,6 +179,18 @@ def test_block_layout_is_refused_by_name():
     assert not {f"{a}_kernel" for a in EMITTED} & kernels, "a block kernel compiled into the CPU build"
 
 
+def test_a_handle_compiles_its_own_precision_only():
+    """A float64 handle's library holds the float64 entries and no float32 one, and the other
+    way round (one precision compiles in about half the time of both)."""
+    for dtype, own, other in ((np.float64, "_f64_cpu", "_f32"), (np.float32, "_f32_cpu", "_f64")):
+        handle = grid_core.CpuHandle("iiwa14", dtype=dtype, quiet=True)
+        entries = [s.split()[-1] for s in symbols_of(handle._path, "-D", "--defined-only").splitlines()
+                   if "grid_abi_" in s]
+        assert {f"grid_abi_{a}{own}" for a in EMITTED} <= set(entries), dtype
+        assert not [e for e in entries if other in e], f"{dtype.__name__}: entries of the other precision"
+    assert handle.inverse_dynamics(*(np.zeros(7, np.float32),) * 3).dtype == np.float32
+
+
 def test_libraries_share_no_symbol_with_another_in_the_process():
     """No symbol of the CPU or the host-emulated library is process-wide unique (g++'s
     STB_GNU_UNIQUE for the statics of inline functions and templates, which the dynamic linker
