@@ -255,6 +255,8 @@ inline std::atomic<const PoolTable *> &pool_in_use() {
     return table;
 }
 
+// What the library lends (grid_host_pool_lend): the pool it runs on, so a chain of adoptions ends
+// at one pool.
 inline const PoolTable *lend_pool() {
     const PoolTable *t = pool_in_use().load(std::memory_order_acquire);
     return t != nullptr ? t : own_pool();
@@ -271,7 +273,8 @@ inline bool adopt_pool(const PoolTable *table) {
 // WorkerPool::run on the pool in use.
 inline void run_on_pool(WorkerPool::Job job, void *context, size_t items, size_t grain, size_t threads,
                         WorkerPool::Spin spin = WorkerPool::LAUNCH) {
-    lend_pool()->run(job, context, items, grain, threads, static_cast<long long>(spin.least.count()), spin.paced ? 1 : 0);
+    lend_pool()->run(job, context, items, grain, threads, static_cast<long long>(spin.least.count()),
+                     spin.paced ? 1 : 0);
 }
 } // namespace grid_host
 #endif
@@ -390,8 +393,7 @@ inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t s
     };
     const size_t threads = launch_threads(launch_workers);
     const Launch l{kernel, grid, smem_size, std::tuple<Args...>(args...)};
-    grid_host::run_on_pool(&Launch::blocks, const_cast<Launch *>(&l), grid.x, grid.x / (64 * threads),
-                                          threads);
+    grid_host::run_on_pool(&Launch::blocks, const_cast<Launch *>(&l), grid.x, grid.x / (64 * threads), threads);
 }
 
 // The index of the first of `count` arrays (inputs[k]: sizes[k] values, none if null) holding a
