@@ -28,11 +28,10 @@ from grid_core.emit.expr import Scope, dot, is_const, prune_unused, sum_terms
 from grid_core.errors import CodegenError
 from grid_core.model import Body, JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
-from grid_core.model.spatial import crf, crm
+from grid_core.model.spatial import crf, crm, gravity_accel
 from grid_core.review import ParallelismReview, done, todo
 
 from ._mimic import relaxation
-from .inverse_dynamics import gravity_accel
 
 
 def aba(robot: Robot, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY) -> np.ndarray:

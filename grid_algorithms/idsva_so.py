@@ -65,12 +65,10 @@ from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.model import JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
-from grid_core.model.spatial import crf, crm, plux_inv
+from grid_core.model.spatial import crf, crm, gravity_accel, icrf, plux_inv
 from grid_core.review import ParallelismReview, todo
 
 from ._mimic import relaxation
-from .inverse_dynamics import gravity_accel
-from .inverse_dynamics_gradient import icrf
 
 
 # -- the relaxed columns ---------------------------------------------------------------

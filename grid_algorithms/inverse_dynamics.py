@@ -19,13 +19,8 @@ from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, sum_terms
 from grid_core.model import Body, JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
-from grid_core.model.spatial import crf, crm
+from grid_core.model.spatial import crf, crm, gravity_accel
 from grid_core.review import ParallelismReview, done
-
-
-def gravity_accel(gravity) -> np.ndarray:
-    """The fictitious base acceleration ``-a_g`` that folds gravity into the forward pass."""
-    return np.concatenate([np.zeros(3), -np.asarray(gravity, dtype=float)])
 
 
 def rnea(robot: Robot, q, qd, qdd, f_ext=None, gravity=DEFAULT_GRAVITY):

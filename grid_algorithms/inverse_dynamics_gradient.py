@@ -20,16 +20,9 @@ from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.model import Robot
 from grid_core.model.joints import body_q, effective_subspace, joint_transform
-from grid_core.model.spatial import crf, crm, skew
+from grid_core.model.spatial import crf, crm, gravity_accel, icrf
 from grid_core.review import ParallelismReview, todo
 
-from .inverse_dynamics import gravity_accel
-
-
-def icrf(f) -> np.ndarray:
-    """The matrix of ``v -> v x* f`` (so ``crf(v) @ f == icrf(f) @ v``)."""
-    n, fl = skew(f[:3]), skew(f[3:])
-    return -np.block([[n, fl], [fl, np.zeros((3, 3))]])
 
 
 def rnea_derivatives(robot: Robot, q, qd, qdd, f_ext=None, gravity=DEFAULT_GRAVITY):

@@ -139,6 +139,17 @@ def crf(v) -> np.ndarray:
     return -crm(v).T
 
 
+def icrf(f) -> np.ndarray:
+    """The matrix of ``v -> v x* f`` (so ``crf(v) @ f == icrf(f) @ v``)."""
+    n, fl = skew(f[:3]), skew(f[3:])
+    return -np.block([[n, fl], [fl, np.zeros((3, 3))]])
+
+
+def gravity_accel(gravity) -> np.ndarray:
+    """The fictitious base acceleration ``-a_g`` that folds gravity into a forward pass."""
+    return np.concatenate([np.zeros(3), -np.asarray(gravity, dtype=float)])
+
+
 def mcI(mass: float, com, I_com) -> np.ndarray:
     """Spatial inertia about the frame origin from mass, centre of mass and the 3x3
     rotational inertia about the centre of mass (all in that frame)."""
