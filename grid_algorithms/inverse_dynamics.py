@@ -11,12 +11,13 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.arena import ArenaRegion, SpillRung
+from grid_core.arena import SpillRung
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, sum_terms
+from grid_core.emit.storage import Field, local_declaration, region
 from grid_core.model import Body, JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm, gravity_accel
@@ -68,23 +69,23 @@ def rnea(robot: Robot, q, qd, qdd, f_ext=None, gravity=DEFAULT_GRAVITY):
 class RneaSteps:
     """RNEA's per-body steps, emitted with every robot constant folded in.
 
-    ``arr`` maps the logical arrays to C++ expressions: ``q``, ``qd``, ``qdd``,
-    ``xi`` (element index -> expression), ``v``, ``a``, ``f`` ((body, k) ->
-    expression), ``tau`` and ``f_ext`` (the pointer name); ``fext_guard`` is the
-    condition under which ``f_ext`` is read.
+    ``arr`` maps the logical arrays to C++ expressions: ``q``, ``qd``, ``qdd``, ``xi`` and
+    ``tau`` (element index -> expression), ``v``, ``a`` and ``f`` (the typed arrays of
+    :func:`fields`, by body), ``f_ext`` (the pointer's name); ``fext_guard`` is the condition
+    under which ``f_ext`` is read (``constexpr``: a compile-time one).  ``every_body``: the arrays
+    among ``v`` and ``a`` stored at every body (by default only where a child reads them); an
+    entry known at generation time is never stored, but folded where read (:meth:`get`).
     """
 
-    def __init__(self, robot: Robot, arr: dict, fext_guard: str):
+    def __init__(self, robot: Robot, arr: dict, fext_guard: str, constexpr: bool = False, every_body=()):
         self.robot = robot
         self.arr = arr
-        self.fext_guard = fext_guard
+        self.fext_guard, self.constexpr = fext_guard, constexpr
+        self.every_body = set(every_body)
         self.a0 = ["a0x", "a0y", "a0z"]
-        self.known: dict[tuple[str, int, int], float] = {}
-        """Entries of v and a that are compile-time constants: never stored, folded where read."""
 
     def get(self, name: str, body: int, k: int):
-        key = (name, body, k)
-        return self.known[key] if key in self.known else self.arr[name](body, k)
+        return self.arr[name].get(body, k)
 
     def _X(self, scope: Scope, body: Body) -> ss.Transform:
         return ss.Transform(self.robot, body, self.arr["xi"], scope)
@@ -119,13 +120,9 @@ class RneaSteps:
                 a = [sum_terms([(Xa[k],), (aJ[k],), (vxvJ[k],)]) for k in range(6)]
         v = scope.let_all(v, "v")
         a = scope.let_all(a, "a")
-        if self.robot.topology.children[i]:
-            for name, vec in (("v", v), ("a", a)):
-                for k in range(6):
-                    if isinstance(vec[k], float):
-                        self.known[(name, i, k)] = vec[k]
-                    else:
-                        scope.assign(arr[name](i, k), vec[k])
+        for name, vec in (("v", v), ("a", a)):
+            if self.robot.topology.children[i] or name in self.every_body:
+                arr[name].put(scope, i, vec)
         I = np.asarray(body.inertia)
         Iv = scope.let_all(ss.inertia_times(I, v), "Iv")
         Ia = ss.inertia_times(I, a)
@@ -135,7 +132,7 @@ class RneaSteps:
         # f_ext is [force; moment]; f is [moment; force]
         fx = arr["f_ext"]
         sub = [n.Stmt(f"{arr['f'](i, k)} -= {fx}[{6 * i + (k + 3) % 6}]") for k in range(6)]
-        scope.stmts.append(n.If(self.fext_guard, sub))
+        scope.stmts.append(n.If(self.fext_guard, sub, constexpr=self.constexpr))
 
     def backward(self, scope: Scope, parent: int, children) -> None:
         """``f[parent] += X_c^T f[c]`` for each child ``c``."""
@@ -170,25 +167,12 @@ class RneaSteps:
         scope.assign(arr["tau"](dof), sum_terms(terms))
 
 
-def _arrays(prefix: str, qdd=None) -> dict:
-    """Where RNEA's steps read and write: shared-memory arrays (prefix ``s_``) in the block
-    layout, local arrays (kept in registers) in the per-state layout."""
+def fields(robot: Robot) -> tuple[Field, ...]:
+    """RNEA's arrays: the spatial velocity, acceleration and force of every body."""
+    nb = range(robot.num_bodies)
+    return (Field("v", nb, 6, "spatial velocity"), Field("a", nb, 6, "spatial acceleration"),
+            Field("f", nb, 6, "spatial force (after the backward sweep: the subtree's)"))
 
-    def vector(name):
-        return lambda i: f"{prefix}{name}[{i}]"
-
-    def per_body(name):
-        return lambda b, k: f"{prefix}{name}[{6 * b + k}]"
-
-    return {
-        "q": vector("q"), "qd": vector("qd"), "qdd": qdd or vector("qdd"), "xi": vector("XI"),
-        "v": per_body("v"), "a": per_body("a"), "f": per_body("f"), "tau": vector("tau"), "f_ext": "f_ext",
-    }
-
-
-_BLOCK_ARRAYS = _arrays("s_")
-# the per-state function takes no acceleration input for the bias forces (USE_QDD = false)
-_STATE_ARRAYS = _arrays("", qdd=lambda i: f"(USE_QDD ? qdd[{i}] : T(0))")
 
 _GRAVITY = [n.Stmt("const T a0x = -gravity.x"), n.Stmt("const T a0y = -gravity.y"),
             n.Stmt("const T a0z = -gravity.z")]
@@ -211,9 +195,27 @@ class InverseDynamicsEmitter(Emitter):
     def inner_doc(self, layers) -> str:
         return f"f_ext: this state's external forces or nullptr.  Sweep form: {sweeps.form_of(layers.ctx)}."
 
+    def fields(self, layers) -> tuple:
+        return fields(layers.robot)
+
+    def steps(self, layers, arrays, io, *, local, every_body=()):
+        """RNEA's steps on ``io``'s q, qd, qdd and xi (a per-state caller without acceleration
+        input passes qdd ``None``: zero) and on its own arrays, by handle; ``f_ext`` the caller's."""
+        qdd = io["qdd"] if io.get("qdd") is not None else (lambda i: 0.0)
+        arr = {**arrays, "q": io["q"], "qd": io["qd"], "qdd": qdd, "xi": io["xi"], "tau": io.get("tau"),
+               "f_ext": "f_ext"}
+        return RneaSteps(layers.robot, arr, "USE_F_EXT" if local else "f_ext != nullptr", constexpr=local,
+                         every_body=every_body)
+
+    def _own(self, layers, local: bool) -> RneaSteps:
+        io = layers.vectors(local)
+        if local:  # the per-state function takes no acceleration input for the bias forces (USE_QDD false)
+            io["qdd"] = lambda i: f"(USE_QDD ? qdd[{i}] : T(0))"
+        return self.steps(layers, layers.arrays(fields(layers.robot), local), io, local=local)
+
     def inner_body(self, layers) -> list:
         robot = layers.robot
-        steps = RneaSteps(robot, _BLOCK_ARRAYS, "f_ext != nullptr")
+        steps = self._own(layers, local=False)
         form = sweeps.form_of(layers.ctx)
 
         def tau(scope, dof, contributions):
@@ -232,7 +234,8 @@ class InverseDynamicsEmitter(Emitter):
 
     def state_body(self, layers) -> list:
         robot = layers.robot
-        steps = RneaSteps(robot, _STATE_ARRAYS, "USE_F_EXT")
+        steps = self._own(layers, local=True)
+        arr = steps.arr
         scope = Scope("t")
         items = steps.tau_items()
         single = {dof: contrib for dof, contrib in items if len(contrib) == 1}
@@ -241,7 +244,7 @@ class InverseDynamicsEmitter(Emitter):
             by_body.setdefault(contrib[0][0].index, []).append((dof, contrib))
 
         def visit(scope, b):
-            ss.xi_update(scope, robot, b, _STATE_ARRAYS["q"], _STATE_ARRAYS["xi"])
+            ss.xi_update(scope, robot, b, arr["q"], arr["xi"])
             steps.forward(scope, b)
 
         def complete(scope, c):
@@ -256,11 +259,8 @@ class InverseDynamicsEmitter(Emitter):
         for dof, contrib in items:
             if dof not in single:
                 steps.tau(scope, dof, contrib)
-        # the f_ext guards are compile-time here
-        stmts = [n.If(s.cond, s.body, constexpr=True) if isinstance(s, n.If) else s for s in scope.body()]
-        nb = robot.num_bodies
-        return [*_GRAVITY, n.Stmt(f"T XI[XI_SIZE], v[{6 * nb}], a[{6 * nb}], f[{6 * nb}]",
-                                  comment="registers: every index is a constant"), *stmts]
+        return [*_GRAVITY, local_declaration([arr[x] for x in ("v", "a", "f")], ["XI[XI_SIZE]"],
+                                             "registers: every index is a constant"), *scope.body()]
 
 
 class InverseDynamics(Algorithm):
@@ -310,9 +310,7 @@ leaves to root: :math:`\tau_i = S_i^T f_i`, :math:`f_{\lambda(i)} \mathrel{+}= X
         return rnea(ctx.robot, q, qd, qdd, f_ext, gravity)[0]
 
     def arenas(self, robot: Robot, options=None):
-        nb = robot.num_bodies
-        return (ArenaRegion.group("vaf", [("v", 6 * nb), ("a", 6 * nb), ("f", 6 * nb)],
-                                  "spatial velocity, acceleration and force of every body"),)
+        return (region("vaf", fields(robot), "spatial velocity, acceleration and force of every body"),)
 
     def spill_rungs(self, robot: Robot, options=None):
         return (

@@ -178,6 +178,18 @@ class Emitter:
         per-state layout)."""
         raise NotImplementedError
 
+    def fields(self, layers) -> tuple:
+        """The arrays (:class:`~grid_core.emit.storage.Field`) the steps of :meth:`steps` read and
+        write, each a part of one of this algorithm's arena regions; default: none."""
+        return ()
+
+    def steps(self, layers, arrays: dict, io: dict, *, local: bool, **how):
+        """This algorithm's steps, handed to an algorithm that composes it
+        (:meth:`~grid_core.emit.layers.Layers.steps`): ``arrays`` its :meth:`fields` bound where the
+        caller's code finds them, ``io`` the caller's port vectors (index -> expression), ``local``
+        whether that code is a per-state function.  Default: none to hand out."""
+        raise NotImplementedError(f"{self.algorithm.name} hands out no steps")
+
     def inner_doc(self, layers) -> str:
         """Extra lines for the inner's comment (its variant, say)."""
         return ""

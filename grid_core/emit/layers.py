@@ -38,6 +38,7 @@ from ..errors import CodegenError
 from . import arena_emit
 from . import nodes as n
 from . import ring
+from .storage import Array, Field
 from .signature import Call, Launch, Param, Signature, TemplateParam
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -171,14 +172,20 @@ class Layers:
                   for p in ins if p.kind == "state" and p.name not in emitter.global_inputs]
         scratch = [xi_region(robot)] if emitter.needs_ximats else []
         scratch += list(alg.arenas(robot, options))
+        seen = {r.name: r for r in fixed + scratch}
+        if len(seen) != len(fixed + scratch):
+            raise CodegenError(f"{alg.name}: an arena region is declared twice ({[r.name for r in fixed + scratch]})")
         for name in emitter.composes if composed is None else composed:
-            scratch += list(compose(name).scratch_regions)
-        seen: dict[str, str] = {}
-        for r in fixed + scratch:
-            if r.name in seen:
-                raise CodegenError(f"{alg.name}: arena region '{r.name}' declared twice (a composed inner's "
-                                   "scratch shares its name with one of this algorithm's)")
-            seen[r.name] = r.name
+            for r in compose(name).scratch_regions:
+                if r.name not in seen:
+                    seen[r.name] = r
+                    scratch.append(r)
+                elif seen[r.name] != r or r.name in {x.name for x in fixed} or r in alg.arenas(robot, options):
+                    raise CodegenError(f"{alg.name}: arena region '{r.name}' declared twice (a composed inner's "
+                                       "scratch shares its name with one of this algorithm's)")
+                # else: the same region of the same composed algorithm, reached through two callees
+                # (an orchestrator composing minv and an algorithm that composes minv too): one
+                # region both use, the orchestrator's calls in turn, a barrier between
         return tuple(fixed + scratch)
 
     @property
@@ -326,6 +333,39 @@ class Layers:
             raise CodegenError(f"{self.name}: '{name}' is not among the inners it composes "
                                f"(Emitter.composes = {tuple(self.emitter.composes)})")
         return self.callees[name]
+
+    def vectors(self, local: bool = False) -> dict:
+        """This algorithm's port vectors and the transform data, index -> C++ expression, as its
+        code finds them: ``s_<port>`` and ``s_XI`` in the inner (block layout), the per-state
+        function's ``<port>`` and its local ``XI`` (``local``).  Inputs read in place stay pointers."""
+        pre = "" if local else "s_"
+        names = [p.name for p in (*self.outputs, *self.smem_inputs)]
+        out = {nm: (lambda i, a=f"{pre}{nm}": f"{a}[{i}]") for nm in names}
+        out["xi"] = lambda i: f"{pre}{XI_REGION}[{i}]"
+        return out
+
+    def arrays(self, fields, local: bool = False) -> dict[str, Array]:
+        """``fields`` (:class:`~grid_core.emit.storage.Field`) bound where this algorithm's code finds
+        them: in the inner, the parts ``s_<field>`` of its arena's regions (its own or a composed
+        algorithm's; a field the plan does not hold, or holds at another size, is an error), in the
+        per-state function local arrays (``local``: declared with
+        :func:`~grid_core.emit.storage.local_declaration`)."""
+        if not local:
+            held = {p: size for r in self.plan.regions for p, size in (r.parts or ((r.name, r.elements),))}
+            for f in fields:
+                if held.get(f.name) != f.size:
+                    raise CodegenError(f"{self.name}: no arena region or part '{f.name}' of {f.size} scalars "
+                                       f"(the plan holds {held.get(f.name)})")
+        return {f.name: Array(f, f.name if local else f"s_{f.name}") for f in fields}
+
+    def steps(self, name: str, local: bool = False, **how):
+        """The steps of composed algorithm ``name`` on its fields, bound where this algorithm's code
+        finds them (:meth:`arrays`), reading this algorithm's port vectors (:meth:`vectors`):
+        what a derivative runs its base algorithm's passes through, instead of a copy.  ``how``:
+        the callee's own step options (:meth:`~grid_core.emit.emitter.Emitter.steps`)."""
+        callee = self.compose(name)
+        arrays = self.arrays(callee.emitter.fields(callee), local)
+        return callee.emitter.steps(callee, arrays, self.vectors(local), local=local, **how)
 
     def call_inner(self, callee: "Layers", **args) -> Call:
         """A call of ``callee``'s inner from this algorithm's inner: ``args`` name its data

@@ -1,0 +1,102 @@
+"""Typed storage: the arrays an algorithm's steps read and write, declared once.
+
+A :class:`Field` is one array of an arena region: entries keyed by what they belong to (a body,
+a (body, column) pair, ...), each ``width`` scalars, laid out in key order.  An algorithm
+declares its fields; :func:`region` makes the arena region of them (so the arena plan sizes
+what the steps address), and the layer generator binds them where they live
+(:meth:`~grid_core.emit.layers.Layers.arrays`): the region's part in shared or global memory in
+the block layout (``s_<field>``), a local array in the per-state layout.  A bound
+:class:`Array` gives each entry's C++ expression, so no module computes an offset or names a
+declaration; a composing algorithm gets another algorithm's fields (and steps) by handle.
+
+An :class:`Array` also folds what need not be stored: :meth:`Array.put` records the entries
+that are known at generation time (robot constants, exact zeros) instead of storing them, and
+:meth:`Array.get` returns them folded; a key the field does not hold reads as exact zeros.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+from ..arena import ArenaRegion
+from ..errors import CodegenError
+from . import nodes as n
+from .expr import Scalar, Scope, is_const
+
+
+@attrs.frozen(slots=False)
+class Field:
+    """One array: ``width`` scalars for each of ``keys``, in key order."""
+
+    name: str
+    keys: tuple = attrs.field(converter=tuple)
+    width: int = 6
+    doc: str = ""
+
+    @functools.cached_property
+    def _offsets(self) -> dict:
+        return {key: k * self.width for k, key in enumerate(self.keys)}
+
+    @property
+    def size(self) -> int:
+        return len(self.keys) * self.width
+
+    def offset(self, key) -> int:
+        try:
+            return self._offsets[key]
+        except KeyError:
+            raise CodegenError(f"array '{self.name}' holds no entry {key!r}") from None
+
+    def holds(self, key) -> bool:
+        return key in self._offsets
+
+
+def region(name: str, fields: Sequence[Field], doc: str = "") -> ArenaRegion:
+    """The arena region of ``fields`` (one part each, in order): they spill together."""
+    return ArenaRegion.group(name, [(f.name, f.size) for f in fields], doc)
+
+
+class Array:
+    """A field bound to where it lives: ``base`` names its first scalar's array (``s_v``, ``v``)."""
+
+    def __init__(self, field: Field, base: str):
+        self.field, self.base = field, base
+        self.known: dict[tuple, float] = {}
+
+    @property
+    def name(self) -> str:
+        return self.field.name
+
+    def __call__(self, key, k: int = 0) -> str:
+        """The C++ expression of scalar ``k`` of entry ``key``."""
+        return f"{self.base}[{self.field.offset(key) + k}]"
+
+    def put(self, scope: Scope, key, values: Sequence[Scalar]) -> None:
+        """Store entry ``key``: its constant scalars only recorded (folded where read)."""
+        for k, x in enumerate(values):
+            if is_const(x):
+                self.known[(key, k)] = float(x)
+            else:
+                self.known.pop((key, k), None)
+                scope.assign(self(key, k), x)
+
+    def get(self, key, k: int | None = None):
+        """Entry ``key`` (scalar ``k``, or the whole entry): recorded constants folded, a key the
+        field does not hold an exact zero."""
+        if k is None:
+            return [self.get(key, j) for j in range(self.field.width)]
+        if (key, k) in self.known:
+            return self.known[(key, k)]
+        return self(key, k) if self.field.holds(key) else 0.0
+
+
+def local_declaration(arrays: Iterable[Array], extra: Sequence[str] = (), comment: str = "") -> n.Stmt:
+    """``T a[size], b[size]...`` of a per-state function's local arrays (``extra`` first)."""
+    decls = [*extra, *(f"{a.base}[{a.field.size}]" for a in arrays if a.field.size)]
+    return n.Stmt(f"T {', '.join(decls)}", comment=comment)
+
+
+__all__ = ["Array", "Field", "local_declaration", "region"]

@@ -1,0 +1,45 @@
+"""Typed storage (grid_core.emit.storage): fields laid out in key order, bound arrays that fold
+known entries and read undeclared keys as exact zeros, and the layer generator's binding of a
+composed algorithm's fields to the arena plan's parts."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import load
+from grid_core.composer import Composer, GenerateOptions
+from grid_core.emit.expr import Scope
+from grid_core.emit.storage import Array, Field, local_declaration, region
+from grid_core.errors import CodegenError
+
+
+def test_field_offsets_and_region():
+    f = Field("U", [(2, 0), (0, 1), (5, 0)], 3)
+    assert [f.offset(k) for k in f.keys] == [0, 3, 6] and f.size == 9
+    with pytest.raises(CodegenError, match="holds no entry"):
+        f.offset((1, 1))
+    r = region("grp", [f, Field("D", range(2), 1)])
+    assert r.parts == (("U", 9), ("D", 2)) and r.elements == 12 + 4  # each part padded to 4
+
+
+def test_array_folds_known_entries_and_zero_keys():
+    arr = Array(Field("v", [0, 2], 3), "s_v")
+    scope = Scope("t")
+    arr.put(scope, 2, [1.5, "x", 0.0])
+    assert [s.text for s in scope.stmts] == ["s_v[4] = x"]
+    assert arr.get(2) == [1.5, "s_v[4]", 0.0]
+    assert arr.get(1) == [0.0, 0.0, 0.0]  # a key the field does not hold
+    assert arr.get(0, 1) == "s_v[1]"
+    assert local_declaration([arr], ["XI[XI_SIZE]"]).text == "T XI[XI_SIZE], s_v[6]"
+
+
+def test_layers_bind_fields_to_the_plan():
+    layers = Composer(load("iiwa14"), GenerateOptions()).layers("inverse_dynamics")
+    fields = layers.emitter.fields(layers)
+    arrays = layers.arrays(fields)
+    assert arrays["f"](3, 2) == "s_f[20]"
+    assert layers.arrays(fields, local=True)["a"](1, 0) == "a[6]"
+    with pytest.raises(CodegenError, match="no arena region or part 'w'"):
+        layers.arrays([Field("w", range(3), 6)])
+    with pytest.raises(CodegenError, match="of 6 scalars"):
+        layers.arrays([Field("v", range(1), 6)])  # the plan's v is 6 per body
