@@ -82,10 +82,18 @@ class RneaSteps:
         self.arr = arr
         self.fext_guard, self.constexpr = fext_guard, constexpr
         self.every_body = set(every_body)
-        self.a0 = ["a0x", "a0y", "a0z"]
+        self.a0 = ss.A0
 
     def get(self, name: str, body: int, k: int):
         return self.arr[name].get(body, k)
+
+    def joint_motion(self, body: Body, rates) -> list:
+        """``S u`` of the body's joint for its rates ``u`` (``rates``: v index -> expression; qd
+        gives the joint velocity vJ, qdd the acceleration term), a mimic's multiplier applied."""
+        if body.jtype is JointType.FLOATING:
+            u = [rates(body.v_index + k) for k in range(6)]
+            return u[3:] + u[:3]  # S maps v = [linear; angular] to [angular; linear]
+        return ss.motion_subspace_times(body, ss.joint_rate(body, rates))
 
     def _X(self, scope: Scope, body: Body) -> ss.Transform:
         return ss.Transform(self.robot, body, self.arr["xi"], scope)
@@ -96,16 +104,13 @@ class RneaSteps:
         scope.comment(f"body {i} ({body.joint.name}): v, a, f")
         X = self._X(scope, body)
         if body.jtype is JointType.FLOATING:
-            vi = body.v_index
-            qd = [arr["qd"](vi + k) for k in range(6)]
-            qdd = [arr["qdd"](vi + k) for k in range(6)]
             Ea0 = X.rotate(self.a0)
-            v = qd[3:] + qd[:3]  # S maps v = [linear; angular] to [angular; linear]
-            a = qdd[3:] + [sum_terms([(Ea0[k],), (qdd[k],)]) for k in range(3)]
+            v = self.joint_motion(body, arr["qd"])
+            aJ = self.joint_motion(body, arr["qdd"])
+            a = aJ[:3] + [sum_terms([(Ea0[k],), (aJ[3 + k],)]) for k in range(3)]
         else:
-            vJ = ss.motion_subspace_times(body, ss.joint_rate(body, arr["qd"]))
-            aJ = ss.motion_subspace_times(body, ss.joint_rate(body, arr["qdd"]))
-            vJ = scope.let_all(vJ, "vJ")
+            vJ = scope.let_all(self.joint_motion(body, arr["qd"]), "vJ")
+            aJ = self.joint_motion(body, arr["qdd"])
             if body.parent < 0:
                 # X a0 with a0 = [0; -g]: the angular part is zero and r x 0 = 0
                 Xa0 = [0.0, 0.0, 0.0] + X.rotate(self.a0, scope)
@@ -174,8 +179,6 @@ def fields(robot: Robot) -> tuple[Field, ...]:
             Field("f", nb, 6, "spatial force (after the backward sweep: the subtree's)"))
 
 
-_GRAVITY = [n.Stmt("const T a0x = -gravity.x"), n.Stmt("const T a0y = -gravity.y"),
-            n.Stmt("const T a0z = -gravity.z")]
 
 
 class InverseDynamicsEmitter(Emitter):
@@ -222,7 +225,7 @@ class InverseDynamicsEmitter(Emitter):
             steps.tau(scope, dof, contributions)
 
         return [
-            *_GRAVITY,
+            *ss.gravity_statements(),
             n.Comment("forward sweep (P1 by levels: the bodies of a level in parallel, on different warps,\n"
                       "whose code differs: in one warp it would serialise)"),
             *sweeps.forward(robot, steps.forward, form),
@@ -259,7 +262,7 @@ class InverseDynamicsEmitter(Emitter):
         for dof, contrib in items:
             if dof not in single:
                 steps.tau(scope, dof, contrib)
-        return [*_GRAVITY, local_declaration([arr[x] for x in ("v", "a", "f")], ["XI[XI_SIZE]"],
+        return [*ss.gravity_statements(), local_declaration([arr[x] for x in ("v", "a", "f")], ["XI[XI_SIZE]"],
                                              "registers: every index is a constant"), *scope.body()]
 
 

@@ -190,6 +190,12 @@ class Emitter:
         whether that code is a per-state function.  Default: none to hand out."""
         raise NotImplementedError(f"{self.algorithm.name} hands out no steps")
 
+    def helpers(self, layers) -> list:
+        """Functions (:class:`~grid_core.emit.nodes.Function`) the layers' code calls, emitted before
+        the inner: a step both layouts share as one function instead of two inlined copies (the
+        compile time of a long straight-line body grows faster than its length).  Default: none."""
+        return []
+
     def inner_doc(self, layers) -> str:
         """Extra lines for the inner's comment (its variant, say)."""
         return ""

@@ -344,19 +344,32 @@ class Layers:
         out["xi"] = lambda i: f"{pre}{XI_REGION}[{i}]"
         return out
 
-    def arrays(self, fields, local: bool = False) -> dict[str, Array]:
+    def part_pointer(self, region: str, part: str) -> str:
+        """The inner's pointer to ``part`` of arena region ``region``: ``s_<part>``, or
+        ``s_<region>_<part>`` where another region or part of the plan has that name too (an
+        orchestrator's arena holds every composed algorithm's regions: ABA's and RNEA's ``v``)."""
+        names = [nm for r in self.plan.regions for nm in (r.name, *(p for p, _ in r.parts))]
+        return f"s_{part}" if names.count(part) == 1 else f"s_{region}_{part}"
+
+    def arrays(self, fields, local: bool = False, owner: "Layers | None" = None) -> dict[str, Array]:
         """``fields`` (:class:`~grid_core.emit.storage.Field`) bound where this algorithm's code finds
-        them: in the inner, the parts ``s_<field>`` of its arena's regions (its own or a composed
-        algorithm's; a field the plan does not hold, or holds at another size, is an error), in the
-        per-state function local arrays (``local``: declared with
-        :func:`~grid_core.emit.storage.local_declaration`)."""
-        if not local:
-            held = {p: size for r in self.plan.regions for p, size in (r.parts or ((r.name, r.elements),))}
-            for f in fields:
-                if held.get(f.name) != f.size:
-                    raise CodegenError(f"{self.name}: no arena region or part '{f.name}' of {f.size} scalars "
-                                       f"(the plan holds {held.get(f.name)})")
-        return {f.name: Array(f, f.name if local else f"s_{f.name}") for f in fields}
+        them: in the inner, the parts of its arena's regions (:meth:`part_pointer`; among ``owner``'s
+        own regions where given, a composed algorithm's; a field the plan does not hold, or holds at
+        another size, is an error), in the per-state function local arrays (``local``: declared
+        with :func:`~grid_core.emit.storage.local_declaration`)."""
+        if local:
+            return {f.name: Array(f, f.name) for f in fields}
+        mine = None if owner is None else {r.name for r in owner.plan.regions}
+        out = {}
+        for f in fields:
+            found = [(r.name, p) for r in self.plan.regions if mine is None or r.name in mine
+                     for p, size in (r.parts or ((r.name, r.elements),)) if p == f.name and size == f.size]
+            if len(found) != 1:
+                raise CodegenError(f"{self.name}: {'no' if not found else 'more than one'} arena region or part "
+                                   f"'{f.name}' of {f.size} scalars")
+            region, part = found[0]
+            out[f.name] = Array(f, f"s_{part}" if region == part else self.part_pointer(region, part))
+        return out
 
     def steps(self, name: str, local: bool = False, **how):
         """The steps of composed algorithm ``name`` on its fields, bound where this algorithm's code
@@ -364,7 +377,7 @@ class Layers:
         what a derivative runs its base algorithm's passes through, instead of a copy.  ``how``:
         the callee's own step options (:meth:`~grid_core.emit.emitter.Emitter.steps`)."""
         callee = self.compose(name)
-        arrays = self.arrays(callee.emitter.fields(callee), local)
+        arrays = self.arrays(callee.emitter.fields(callee), local, owner=callee)
         return callee.emitter.steps(callee, arrays, self.vectors(local), local=local, **how)
 
     def call_inner(self, callee: "Layers", **args) -> Call:
@@ -441,6 +454,8 @@ class Layers:
                 ]
                 if self.ring_plan is not None:
                     out += self._ring_constants()
+        for helper in self.helpers:
+            out += [n.Blank(), helper]
         out += [n.Blank(), self._inner_fn(), n.Blank(), self._device_fn(), n.Blank(), self._kernel_fn()]
         if self.has_state:
             out += [n.Blank(), self._state_fn(), n.Blank(), self._per_state_kernel_fn()]
@@ -454,10 +469,20 @@ class Layers:
             out += [n.Blank(), host]
         return out
 
+    @property
+    def helpers(self) -> list:
+        """The emitter's helper functions (:meth:`~grid_core.emit.emitter.Emitter.helpers`), built once:
+        both layouts' code calls them."""
+        if not hasattr(self, "_helpers"):
+            self._helpers = list(self.emitter.helpers(self))
+        return self._helpers
+
     def declarations(self) -> list[tuple[Signature, str]]:
-        """``(signature, doc)`` of every layer, in header order (what the docs print)."""
+        """``(signature, doc)`` of every layer, in header order (what the docs print; not the
+        emitter's helpers, which the layers call)."""
+        helpers = {id(h) for h in self.helpers}
         return [(x.signature, x.doc) for x in self.emit()
-                if isinstance(x, n.Function) and isinstance(x.signature, Signature)]
+                if isinstance(x, n.Function) and isinstance(x.signature, Signature) and id(x) not in helpers]
 
     def constants(self) -> list[str]:
         """Declarations of the sizing constants (``X_*``), in header order."""
@@ -482,7 +507,7 @@ class Layers:
             body.append(n.Stmt("GRID_ASSERT(s_XI != nullptr)"))
         for r in self.scratch_regions:  # grouped regions: their parts, at the plan's offsets
             for part, off in r.part_offsets():
-                body.append(n.Stmt(f"T *s_{part} = s_{r.name} + {off}"))
+                body.append(n.Stmt(f"T *{self.part_pointer(r.name, part)} = s_{r.name} + {off}"))
         body += self.emitter.inner_body(self)
         own = ", ".join(f"{r.name} ({r.elements})" for r in self.scratch_regions) or "none"
         doc = (f"{self.alg.summary}: one state, block-cooperative (any block size).\n"

@@ -214,6 +214,20 @@ def motion_to_root(E, r, m: Sequence[Scalar], scope: Scope) -> list[Scalar]:
     return w + [sum_terms([(t,), (rxw[k],)]) for k, t in enumerate(matTvec(E, m[3:]))]
 
 
+# -- gravity -----------------------------------------------------------------------------
+
+A0 = ["a0x", "a0y", "a0z"]
+"""The linear part of the fictitious base acceleration ``a0 = [0; -g]`` (gravity folded into a
+forward pass), as named by :func:`gravity_statements`."""
+
+
+def gravity_statements() -> list:
+    """``const T a0x = -gravity.x`` ...: the names of :data:`A0`, from a function's ``gravity``."""
+    from . import nodes as n
+
+    return [n.Stmt(f"const T {a} = -gravity.{c}") for a, c in zip(A0, "xyz")]
+
+
 # -- motion and force algebra ------------------------------------------------------
 
 
