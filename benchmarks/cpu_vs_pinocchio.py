@@ -49,8 +49,8 @@ PAIRS = {
     "crba": (("crba",), 0.5),
     "computeMinverse": (("minv",), 0.5),
     "aba": (("forward_dynamics", "aba"), 0.5),
-    "computeRNEADerivatives": (("inverse_dynamics_gradient",), 1.0),
-    "computeABADerivatives": (("forward_dynamics_gradient",), 1.0),
+    "computeRNEADerivatives": (("inverse_dynamics_gradient",), 0.5),
+    "computeABADerivatives": (("forward_dynamics_gradient",), 0.5),
 }
 PIN_DEFINES = ("PINOCCHIO_ENABLE_TEMPLATE_INSTANTIATION", "PINOCCHIO_WITH_URDFDOM", "BOOST_MPL_LIMIT_LIST_SIZE=30",
                "BOOST_MPL_LIMIT_VECTOR_SIZE=30", "BOOST_MPL_CFG_NO_PREPROCESSED_HEADERS",

@@ -13,8 +13,80 @@ from __future__ import annotations
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
+from grid_core.arena import ALL_SCRATCH, ArenaRegion, SpillRung, callee_rung
+from grid_core.emit import nodes as n
+from grid_core.emit.emitter import Emitter
 from grid_core.model import Robot
-from grid_core.review import ParallelismReview, not_applicable, todo
+from grid_core.review import ParallelismReview, done, not_applicable, todo
+
+
+# -- code generation -------------------------------------------------------------------
+#
+# An orchestrator on one XImats load: forward dynamics (qdd), the inverse-dynamics gradient at
+# that qdd, Minv, then the product -Minv dtau.  The inners are reached by handle through the
+# composer; where two of them compose the same algorithm (forward dynamics and this one both
+# reach minv; forward dynamics and the gradient both reach inverse dynamics) they share its
+# scratch region, so their calls run in turn, a barrier between.
+
+
+def _product(out: str, minv: str, dtau: str, nv: int, cell: str) -> list:
+    """``out[cell] = -sum_m minv[r, m] dtau[m, c]`` for the cell ``r * nv + c`` (row-major)."""
+    return [n.Block("", [n.Stmt(f"const int r = {cell} / {nv}, c = {cell} % {nv}"),
+                         n.Stmt("T acc = T(0)"),
+                         n.For("int m = 0", f"m < {nv}", "++m",
+                               [n.Stmt(f"acc += {minv}[r * {nv} + m] * {dtau}[m * {nv} + c]")]),
+                         n.Stmt(f"{out}[{cell}] = -acc")])]
+
+
+class ForwardDynamicsGradientEmitter(Emitter):
+    global_inputs = ("f_ext",)  # handed, in place, to the composed inners
+    nullable_inputs = ("f_ext",)
+    composes = ("forward_dynamics", "minv", "inverse_dynamics_gradient")
+
+    def block_threads_hint(self, robot: Robot) -> int:
+        return 2 * robot.nv * robot.nv  # the product's cells, one thread each
+
+    def inner_doc(self, layers) -> str:
+        return "f_ext: this state's external forces or nullptr."
+
+    def inner_body(self, layers) -> list:
+        fd, minv, grad = (layers.compose(x) for x in self.composes)
+        nv = layers.robot.nv
+        return [
+            n.Comment("qdd = FD(q, qd, tau, f_ext): the composed forward dynamics"),
+            layers.call_inner(fd, s_qdd="s_qdd", s_q="s_q", s_qd="s_qd", s_tau="s_tau", f_ext="f_ext"),
+            n.Sync(),
+            n.Comment("d tau / d (q, qd) at that qdd: the composed inverse-dynamics gradient"),
+            layers.call_inner(grad, s_dtau_dq="s_dtau_dq", s_dtau_dqd="s_dtau_dqd", s_q="s_q", s_qd="s_qd",
+                              s_qdd="s_qdd", f_ext="f_ext"),
+            n.Comment("no barrier before Minv: after its sweeps the gradient writes only its outputs, and Minv\n"
+                      "reads only q and XImats (its scratch is apart from the gradient's)"),
+            layers.call_inner(minv, s_Minv="s_inv_M", s_q="s_q"),
+            n.Sync(),
+            n.Comment("d qdd / d u = -Minv d tau / d u, one output cell per thread (P2)"),
+            n.BlockStrideLoop("k", 2 * nv * nv, [
+                n.If(f"k < {nv * nv}", _product("s_dqdd_dq", "s_inv_M", "s_dtau_dq", nv, "k"),
+                     [n.Stmt(f"const int k2 = k - {nv * nv}"),
+                      *_product("s_dqdd_dqd", "s_inv_M", "s_dtau_dqd", nv, "k2")])]),
+        ]
+
+    def state_body(self, layers) -> list:
+        fd, minv, grad = (layers.compose(x) for x in self.composes)
+        nv = layers.robot.nv
+        use = {"USE_F_EXT": "USE_F_EXT"}
+        loop = [n.For("int k = 0", f"k < {nv * nv}", "++k", [
+            *_product("dqdd_dq", "inv_M", "dtau_dq", nv, "k"),
+            *_product("dqdd_dqd", "inv_M", "dtau_dqd", nv, "k")])]
+        return [
+            n.Stmt(f"T qdd[{nv}], dtau_dq[{nv * nv}], dtau_dqd[{nv * nv}], inv_M[{nv * nv}]",
+                   comment="the composed results, local"),
+            layers.call_state(fd, use, qdd="qdd", q="q", qd="qd", tau="tau", f_ext="f_ext"),
+            layers.call_state(grad, use, dtau_dq="dtau_dq", dtau_dqd="dtau_dqd", q="q", qd="qd", qdd="qdd",
+                              f_ext="f_ext"),
+            layers.call_state(minv, Minv="inv_M", q="q"),
+            n.Comment("d qdd / d u = -Minv d tau / d u"),
+            *loop,
+        ]
 
 
 class ForwardDynamicsGradient(Algorithm):
@@ -28,15 +100,20 @@ class ForwardDynamicsGradient(Algorithm):
    \frac{\partial\, \mathrm{ID}}{\partial u}(q, \dot q, \ddot q), \quad u \in \{q, \dot q\} .
 """
     depends_on = ("forward_dynamics", "minv", "inverse_dynamics_gradient")
+    emitter = ForwardDynamicsGradientEmitter
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: the recursions are those of the algorithms "
-                          "it composes (see their reviews)"),
-        P2=todo("the two nv x nv products -Minv dtau are 2 nv^2 independent dot products: fan "
-                "the output cells across threads"),
-        P3=todo("forward_dynamics already forms Minv: the orchestrator must compute it once and "
-                "reuse it for the product (the reference calls minv twice, for clarity)"),
-        P4=todo("read Minv from minv's upper-triangle layout and lay dtau out column-major so the "
-                "product's warp reads coalesce"),
+                          "it composes (forward_dynamics, minv, inverse_dynamics_gradient: see their reviews)"),
+        P2=done("the two nv x nv products -Minv dtau are 2 nv^2 independent dot products: one output cell "
+                "per thread in the block layout"),
+        P3=todo("forward dynamics by its Minv method forms Minv already: reuse it instead of the second "
+                "minv call (the ABA method does not form it); Minv is symmetric: half of it would do"),
+        P4=todo("the products read Minv by rows and dtau by columns (strided in shared memory); dtau's "
+                "structural zeros (rows outside a column's support) are multiplied, not skipped"),
+        notes="an orchestrator on one XImats load (forward_dynamics, inverse_dynamics_gradient and minv "
+              "inners, by handle); two layouts: block-cooperative and per-state (the composed per-state "
+              "functions, then the products as loops); the launcher picks by "
+              "FORWARD_DYNAMICS_GRADIENT_PER_STATE_MIN_N (default 1: not yet measured on the GPU)",
     )
 
     def inputs(self, robot: Robot):
@@ -53,6 +130,21 @@ class ForwardDynamicsGradient(Algorithm):
         dtau_dq, dtau_dqd = ctx.inverse_dynamics_gradient(q, qd, qdd, f_ext, gravity)
         Minv = ctx.minv(q)
         return -Minv @ dtau_dq, -Minv @ dtau_dqd
+
+    def arenas(self, robot: Robot, options=None):
+        nv = robot.nv
+        return (ArenaRegion("qdd", nv, "joint accelerations FD(q, qd, tau, f_ext)"),
+                ArenaRegion("dtau_dq", nv * nv, "d tau / d q of inverse dynamics at (q, qd, qdd)"),
+                ArenaRegion("dtau_dqd", nv * nv, "d tau / d qd of inverse dynamics at (q, qd, qdd)"),
+                ArenaRegion("inv_M", nv * nv, "the inverse joint-space inertia matrix"))
+
+    def spill_rungs(self, robot: Robot, options=None):
+        return (
+            SpillRung(0, "all in shared memory"),
+            SpillRung(1, "the callees' first spill", {callee_rung(c, 1) for c in ForwardDynamicsGradientEmitter.composes},
+                      "what the composed algorithms' rung 1 spills"),
+            SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "every scratch region, XImats included"),
+        )
 
 
 @hookimpl

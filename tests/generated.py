@@ -109,7 +109,8 @@ def assert_solves(x, expected, M, b, dtype, what: str, parts=()) -> None:
             continue
         scale = (np.linalg.norm(M[k], 1) * np.linalg.norm(x[k], 1) + np.linalg.norm(b[k], 1)
                  + sum(np.linalg.norm(np.asarray(p[k], dtype=np.float64), 1) for p in parts))
-        ratio = np.linalg.norm(b[k] - M[k] @ x[k], 1) / (n * eps * scale)
+        residual = np.linalg.norm(b[k] - M[k] @ x[k], 1)
+        ratio = residual / (n * eps * scale) if scale > 0 else (0.0 if residual == 0 else np.inf)  # b = 0: x = 0
         assert ratio < BACKWARD_THRESH, (f"{what} state {k}: backward error ratio {ratio:.1f} >= {BACKWARD_THRESH} "
                                          f"(cond(M) {cond:.1e}: judged by the backward error)")
 

@@ -1,0 +1,85 @@
+"""Generated forward-dynamics gradient, -Minv (dtau_dq, dtau_dqd) at qdd = FD(q, qd, tau): an
+orchestrator composing forward_dynamics, inverse_dynamics_gradient and minv on one XImats load.
+Equal to the reference (proven against Pinocchio's computeABADerivatives in
+test_forward_dynamics_gradient_reference.py) on every backend of the generated code: host
+emulation (CI) and the GPU (`gpu` marker).
+
+Every bundled robot and 9 example-robot-data robots, with and without f_ext, both layouts, every
+tier, the deepest spill rung forced; float64 at rel 1e-9, float32 at rel 1e-4 where the robot's
+condition number allows that forward error in float32, else by the backward error of
+M dqdd_du = -dtau_du (as forward dynamics' tests judge qdd).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import load
+from grid_core import Reference
+from grid_core.testing import assert_close, random_state
+from tests.generated import BACKENDS, BACKWARD_THRESH, TOL, backend, launches, robot_cases
+
+N = 3
+
+
+def assert_solves_matrix(X, expected, M, B, dtype, what: str) -> None:
+    """``X`` (N, n, n) solves ``M X = B``, state by state: the forward error against ``expected``
+    held to TOL[dtype] where ``cond(M) eps(dtype) <= TOL[dtype]``, else (float32 on a humanoid) the
+    backward error, LAPACK's ratio ``||B - M X|| / (n eps (||M|| ||X|| + ||B||))`` (1-norms) below
+    30 (tests.generated.assert_solves, for a matrix right-hand side)."""
+    eps, tol = float(np.finfo(dtype).eps), TOL[dtype]
+    X = np.asarray(X, dtype=np.float64)
+    for s in range(len(X)):
+        cond = np.linalg.cond(M[s])
+        if cond * eps <= tol:
+            assert_close(X[s], expected[s], tol, f"{what} state {s} (cond(M) {cond:.1e})")
+            continue
+        norm = lambda A: np.linalg.norm(A, 1)  # noqa: E731
+        ratio = norm(B[s] - M[s] @ X[s]) / (M.shape[-1] * eps * (norm(M[s]) * norm(X[s]) + norm(B[s])))
+        assert ratio < BACKWARD_THRESH, f"{what} state {s}: backward error ratio {ratio:.1f} (cond(M) {cond:.1e})"
+
+
+@pytest.mark.parametrize(("kind", "name", "spill"), robot_cases())
+def test_forward_dynamics_gradient(kind, name, spill, rng):
+    robot = load(name)
+    ref = Reference(robot)
+    q, qd, _ = random_state(robot, rng, N)
+    tau = rng.normal(size=(N, robot.nv))
+    f_ext = rng.normal(size=(N, robot.num_bodies, 6))
+    M = ref.crba(q)
+    for f in (None, f_ext):
+        expected = ref.forward_dynamics_gradient(q, qd, tau, f)
+        dtau = ref.inverse_dynamics_gradient(q, qd, ref.forward_dynamics(q, qd, tau, f), f)
+        for dtype in (np.float64, np.float32):
+            for what, fn in launches(kind, name, spill, dtype, "forward_dynamics_gradient"):
+                what = f"{name} {np.dtype(dtype).name} {what} spill={spill}{'' if f is None else ' f_ext'}"
+                out = fn(q, qd, tau, f)
+                for k, wrt in enumerate(("q", "qd")):
+                    assert out[k].shape == (N, robot.nv, robot.nv)
+                    assert_solves_matrix(out[k], expected[k], M, -dtau[k], dtype, f"{what} d/d{wrt}")
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_single_state_and_gravity(kind, rng):
+    robot = load("iiwa14")
+    ref = Reference(robot)
+    b = backend(kind, "iiwa14", False)
+    q, qd, _ = random_state(robot, rng)
+    tau = rng.normal(size=robot.nv)
+    g = np.array([0.3, -1.2, -9.0])
+    out = b.forward_dynamics_gradient(q, qd, tau, gravity=g)
+    assert out[1].shape == (robot.nv, robot.nv)
+    for got, exp in zip(out, ref.forward_dynamics_gradient(q, qd, tau, gravity=g)):
+        assert_close(got, exp, 1e-9)
+
+
+def test_composed_inners_share_one_arena():
+    """forward_dynamics and the gradient each reach inverse dynamics, forward_dynamics and the
+    orchestrator each reach minv: each composed region is in the plan once."""
+    from grid_core.composer import Composer, GenerateOptions
+
+    composer = Composer(load("erd:panda"), GenerateOptions())
+    names = [r.name for r in composer.layers("forward_dynamics_gradient").plan.regions]
+    assert len(names) == len(set(names))
+    assert "vaf" in names and {r.name for r in composer.layers("minv").scratch_regions} <= set(names)
