@@ -29,13 +29,19 @@ from grid_core.review import ParallelismReview, done, not_applicable, todo
 # scratch region, so their calls run in turn, a barrier between.
 
 
-def _product(out: str, minv: str, dtau: str, nv: int, cell: str) -> list:
-    """``out[cell] = -sum_m minv[r, m] dtau[m, c]`` for the cell ``r * nv + c`` (row-major)."""
-    return [n.Block("", [n.Stmt(f"const int r = {cell} / {nv}, c = {cell} % {nv}"),
-                         n.Stmt("T acc = T(0)"),
-                         n.For("int m = 0", f"m < {nv}", "++m",
-                               [n.Stmt(f"acc += {minv}[r * {nv} + m] * {dtau}[m * {nv} + c]")]),
-                         n.Stmt(f"{out}[{cell}] = -acc")])]
+def _product(pfx: str, nv: int, pre: str, cell: str) -> list:
+    """``dqdd_du[cell] = -sum_m Minv[r, m] dtau_du[m, c]`` for both derivatives, over the rows ``m``
+    where column ``c`` of dtau is not a structural zero (``<PFX>_NZ_START`` / ``_NZ_ROW``)."""
+    return [n.Block("", [
+        n.Stmt(f"const int r = {cell} / {nv}, c = {cell} % {nv}"),
+        n.Stmt("T aq = T(0), av = T(0)"),
+        n.For(f"int t = {pfx}_NZ_START[c]", f"t < {pfx}_NZ_START[c + 1]", "++t", [
+            n.Stmt(f"const int m = {pfx}_NZ_ROW[t]"),
+            n.Stmt(f"const T x = {pre}inv_M[r * {nv} + m]"),
+            n.Stmt(f"aq += x * {pre}dtau_dq[m * {nv} + c]"),
+            n.Stmt(f"av += x * {pre}dtau_dqd[m * {nv} + c]")]),
+        n.Stmt(f"{pre}dqdd_dq[{cell}] = -aq"),
+        n.Stmt(f"{pre}dqdd_dqd[{cell}] = -av")])]
 
 
 class ForwardDynamicsGradientEmitter(Emitter):
@@ -44,10 +50,25 @@ class ForwardDynamicsGradientEmitter(Emitter):
     composes = ("forward_dynamics", "minv", "inverse_dynamics_gradient")
 
     def block_threads_hint(self, robot: Robot) -> int:
-        return 2 * robot.nv * robot.nv  # the product's cells, one thread each
+        return robot.nv * robot.nv  # the product's cells, one thread each
 
     def inner_doc(self, layers) -> str:
         return "f_ext: this state's external forces or nullptr."
+
+    def helpers(self, layers) -> list:
+        """The structure of dtau (the composed gradient's): each column's rows that are not
+        structural zeros, as a compressed table the products walk."""
+        grad = layers.compose("inverse_dynamics_gradient")
+        rows: dict[int, list] = {c: [] for c in range(layers.robot.nv)}
+        for r, c in grad.emitter.structure(grad):
+            rows[c].append(r)
+        start = [0]
+        for c in range(layers.robot.nv):
+            start.append(start[-1] + len(rows[c]))
+        return [n.ConstArray("int", f"{layers.pfx}_NZ_START", start, qualifiers="static __device__ const",
+                             comment="column c of dtau: rows NZ_ROW[NZ_START[c] .. NZ_START[c + 1]] (P4)"),
+                n.ConstArray("int", f"{layers.pfx}_NZ_ROW", [r for c in range(layers.robot.nv) for r in rows[c]],
+                             qualifiers="static __device__ const")]
 
     def inner_body(self, layers) -> list:
         fd, minv, grad = (layers.compose(x) for x in self.composes)
@@ -59,24 +80,17 @@ class ForwardDynamicsGradientEmitter(Emitter):
             n.Comment("d tau / d (q, qd) at that qdd: the composed inverse-dynamics gradient"),
             layers.call_inner(grad, s_dtau_dq="s_dtau_dq", s_dtau_dqd="s_dtau_dqd", s_q="s_q", s_qd="s_qd",
                               s_qdd="s_qdd", f_ext="f_ext"),
-            n.Comment("no barrier before Minv: after its sweeps the gradient writes only its outputs, and Minv\n"
-                      "reads only q and XImats (its scratch is apart from the gradient's)"),
+            n.Sync(),
             layers.call_inner(minv, s_Minv="s_inv_M", s_q="s_q"),
             n.Sync(),
-            n.Comment("d qdd / d u = -Minv d tau / d u, one output cell per thread (P2)"),
-            n.BlockStrideLoop("k", 2 * nv * nv, [
-                n.If(f"k < {nv * nv}", _product("s_dqdd_dq", "s_inv_M", "s_dtau_dq", nv, "k"),
-                     [n.Stmt(f"const int k2 = k - {nv * nv}"),
-                      *_product("s_dqdd_dqd", "s_inv_M", "s_dtau_dqd", nv, "k2")])]),
+            n.Comment("d qdd / d u = -Minv d tau / d u, one output cell (both derivatives) per thread (P2)"),
+            n.BlockStrideLoop("k", nv * nv, _product(layers.pfx, nv, "s_", "k")),
         ]
 
     def state_body(self, layers) -> list:
         fd, minv, grad = (layers.compose(x) for x in self.composes)
         nv = layers.robot.nv
         use = {"USE_F_EXT": "USE_F_EXT"}
-        loop = [n.For("int k = 0", f"k < {nv * nv}", "++k", [
-            *_product("dqdd_dq", "inv_M", "dtau_dq", nv, "k"),
-            *_product("dqdd_dqd", "inv_M", "dtau_dqd", nv, "k")])]
         return [
             n.Stmt(f"T qdd[{nv}], dtau_dq[{nv * nv}], dtau_dqd[{nv * nv}], inv_M[{nv * nv}]",
                    comment="the composed results, local"),
@@ -85,7 +99,7 @@ class ForwardDynamicsGradientEmitter(Emitter):
                               f_ext="f_ext"),
             layers.call_state(minv, Minv="inv_M", q="q"),
             n.Comment("d qdd / d u = -Minv d tau / d u"),
-            *loop,
+            n.For("int k = 0", f"k < {nv * nv}", "++k", _product(layers.pfx, nv, "", "k")),
         ]
 
 
@@ -105,11 +119,12 @@ class ForwardDynamicsGradient(Algorithm):
         P1=not_applicable("no tree recursion of its own: the recursions are those of the algorithms "
                           "it composes (forward_dynamics, minv, inverse_dynamics_gradient: see their reviews)"),
         P2=done("the two nv x nv products -Minv dtau are 2 nv^2 independent dot products: one output cell "
-                "per thread in the block layout"),
+                "(both derivatives, one Minv load for two products) per thread in the block layout"),
         P3=todo("forward dynamics by its Minv method forms Minv already: reuse it instead of the second "
                 "minv call (the ABA method does not form it); Minv is symmetric: half of it would do"),
-        P4=todo("the products read Minv by rows and dtau by columns (strided in shared memory); dtau's "
-                "structural zeros (rows outside a column's support) are multiplied, not skipped"),
+        P4=todo("done: dtau's structural zeros are skipped (the gradient's cell table, baked: each column's "
+                "rows as a compressed table the products walk). Left: the products read Minv by rows and "
+                "dtau by columns, strided in shared memory; a column-major dtau would coalesce them"),
         notes="an orchestrator on one XImats load (forward_dynamics, inverse_dynamics_gradient and minv "
               "inners, by handle); two layouts: block-cooperative and per-state (the composed per-state "
               "functions, then the products as loops); the launcher picks by "

@@ -1,9 +1,10 @@
 """Analytical first derivatives of inverse dynamics (RNEA), ``d tau / d q`` and ``d tau / d qd``.
 
-The spatial-algebra derivative of the RNEA (Carpentier & Mansard 2018, in the
-body-frame form of Singh, Russell & Wensing 2022 that GRiD emits): the RNEA's
-forward and backward sweeps, each carrying besides ``v``, ``a``, ``f`` their
-``6 x nv`` derivatives.  The only ``q``-dependence is through the joint
+The reference is the spatial-algebra derivative of the RNEA in body frames (Carpentier
+& Mansard 2018, in the form of Singh, Russell & Wensing 2022): the RNEA's forward and
+backward sweeps, each carrying besides ``v``, ``a``, ``f`` their ``6 x nv``
+derivatives; the generated code takes the world-frame form of the same derivatives
+(see "code generation" below), checked against this reference.  The only ``q``-dependence is through the joint
 transforms, ``d Xup_i / d q_i = -crm(S_i) Xup_i``, which is what a tangent
 perturbation of the joint gives: for a free-flyer, ``q (+) dq`` moves the base
 by ``dq`` expressed in the base frame (``pinocchio.integrate``: position
@@ -23,9 +24,8 @@ from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
-from grid_core.emit.signature import Param, Signature, TemplateParam
-from grid_core.emit.expr import ROTATION_TOL, Scope, clean, sum_terms
-from grid_core.emit.storage import local_declaration
+from grid_core.emit.expr import ROTATION_TOL, Scope, clean, matTvec, matvec, sum_terms
+from grid_core.emit.storage import Field, local_declaration, region
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, effective_subspace, joint_transform
 from grid_core.model.spatial import crf, crm, gravity_accel, icrf
@@ -87,89 +87,160 @@ def rnea_derivatives(robot: Robot, q, qd, qdd, f_ext=None, gravity=DEFAULT_GRAVI
 
 # -- code generation -------------------------------------------------------------------
 #
-# RNEA's forward and backward passes run by handle (inverse_dynamics' steps and arrays, through
-# the composer: v of every body, a where a child reads it, f accumulated over each subtree);
-# then each column of the derivative on its own: the column's seed at the bodies whose joint
-# owns it, carried down their subtrees (dv, da, df) and back up to the root (dF), its rows
-# S^T dF.  A column touches only its seed bodies' subtrees and their ancestors (P4), every
-# robot constant folded; the columns are independent (P2): one warp each in the block layout,
-# one after another in the per-state layout (one column's temporaries live at a time).
+# The world-frame form of the derivatives (Carpentier & Mansard 2018, the form Pinocchio's
+# computeRNEADerivatives takes), on RNEA's own v, a and f: inverse dynamics' forward and
+# backward sweeps run by handle (its steps, on its own region), then each body's quantities in
+# the world frame, where a joint's motion moves its whole subtree rigidly, so a column touches
+# no body-to-body transform.  With J the joint's world subspace, ov, oa (gravity included) the
+# world velocity and acceleration, Y, B the world inertia and its Coriolis matrix
+# B = ov x* Y - Y ov x + (Y ov) x*, and Yc, Bc, F their sums over a subtree (composites):
+#
+#   dVdq = ov_parent x J,  dAdq = oa_parent x J + ov_parent x dVdq,  dAdv = dVdq + ov x J,
+#   d tau_r / d q_c  = J_r . (Bc_c dVdq_c + Yc_c dAdq_c [+ J_c x* F_c if r is an ancestor of c])
+#                    = (Bc_r^T J_r) . dVdq_c + (Yc_r J_r) . dAdq_c      if r is a descendant of c,
+#   d tau_r / d qd_c = J_r . (Bc_c J_c + Yc_c dAdv_c),  or (Bc_r^T J_r) . J_c + (Yc_r J_r) . dAdv_c,
+#
+# zero where r and c are on separate branches.  Per body O(1) work, per related pair of dofs two
+# dot products of 6: no serial chain per column (P2 over the output cells).
 
 
-class GradientColumns:
-    """The derivative columns of inverse dynamics, on ``rnea`` (inverse dynamics' steps by
-    handle, after its passes); ``out[wrt](row, col)`` the output entries' expressions."""
+def fields(robot: Robot) -> tuple[Field, ...]:
+    """The world-frame arrays: per body its frame (E: world -> body, r: its origin in the world),
+    velocity, acceleration, composite inertia (10 parameters), composite Coriolis matrix (by
+    columns) and force; per dof (body, column) its J, dVdq, dAdq, dAdv, the column vectors G
+    (Gq' = Bc dVdq + Yc dAdq, Gq = Gq' + J x* F, Gv = Bc J + Yc dAdv) and the row vectors
+    (u = Bc^T J, w = Yc J)."""
+    nb = range(robot.num_bodies)
+    dofs = [(b.index, k) for b in robot.bodies for k in range(effective_subspace(b).shape[1])]
+    return (Field("wE", nb, 9), Field("wr", nb, 3), Field("ov", nb, 6), Field("oa", nb, 6),
+            Field("Yc", nb, 10), Field("Bc", nb, 36), Field("F", nb, 6),
+            Field("J", dofs, 6), Field("dVdq", dofs, 6), Field("dAdq", dofs, 6), Field("dAdv", dofs, 6),
+            Field("G", dofs, 18), Field("uw", dofs, 12))
 
-    def __init__(self, robot: Robot, rnea, out: dict):
-        self.robot, self.rnea, self.out = robot, rnea, out
-        self.seeds: dict[int, list] = {}
-        """v index -> ``(body, S column)`` of every body whose joint moves that coordinate."""
+
+def _add(*vs) -> list:
+    return [sum_terms([(x,) for x in xs]) for xs in zip(*vs)]
+
+
+def _dot(a, b):
+    return sum_terms(zip(a, b))
+
+
+class WorldSteps:
+    """The derivative's steps on ``rnea`` (inverse dynamics' steps by handle, after its sweeps:
+    v at every body, f summed over each subtree) and the world-frame arrays ``w``."""
+
+    def __init__(self, robot: Robot, rnea, w: dict):
+        self.robot, self.rnea, self.w = robot, rnea, w
+        self.dofs: dict[int, list] = {}
+        """Body -> its dofs ``(k, v index, S column)`` (a mimic's multiplier applied: its mimicked
+        joint's column)."""
         for b in robot.bodies:
-            S = effective_subspace(b)  # a mimic's multiplier applied, its mimicked joint's column
-            for c in range(S.shape[1]):
-                col = [clean(x, ROTATION_TOL) for x in S[:, c]]
-                self.seeds.setdefault(b.v_index + c, []).append((b, col))
+            S = effective_subspace(b)
+            self.dofs[b.index] = [(k, b.v_index + k, [clean(x, ROTATION_TOL) for x in S[:, k]])
+                                  for k in range(S.shape[1])]
 
-    def column(self, scope: Scope, j: int, wrt: str) -> None:
-        """Column ``j`` of ``dtau / d wrt`` (``wrt``: ``q`` or ``qd``): every row written."""
-        robot, rnea, topo = self.robot, self.rnea, self.robot.topology
-        seeds = {b.index: col for b, col in self.seeds[j]}
-        below = sorted(set().union(*(topo.subtree[b] for b in seeds)))
-        above = sorted({a for b in seeds for a in topo.support[b]} | set(below))
-        scope.comment(f"column {j} of d tau / d {wrt}: bodies {below} and their ancestors")
-        dv, da, dF = {}, {}, {}
-        for i in below:  # root to leaves
-            body, p = robot.bodies[i], robot.bodies[i].parent
-            X = ss.Transform(robot, body, rnea.arr["xi"], scope)
-            v = rnea.arr["v"].get(i)
-            dvi = X.motion(dv[p], scope) if p in dv else [0.0] * 6
-            dai = X.motion(da[p], scope) if p in da else [0.0] * 6
-            if i in seeds:
-                s = seeds[i]
-                if wrt == "q":  # d X / d q = -(S x) X: (X v_p) x S and (X a_p) x S
-                    vp = [0.0] * 6 if p < 0 else X.motion(rnea.arr["v"].get(p), scope)
-                    ap = X.motion([0.0] * 3 + rnea.a0 if p < 0 else rnea.arr["a"].get(p), scope)
-                    sv, sa = ss.cross_motion(vp, s), ss.cross_motion(ap, s)
-                else:  # d vJ / d qd = S, and the velocity product's v x S
-                    sv, sa = s, ss.cross_motion(v, s)
-                dvi = [sum_terms([(x,), (y,)]) for x, y in zip(dvi, sv)]
-                dai = [sum_terms([(x,), (y,)]) for x, y in zip(dai, sa)]
-            dv[i] = dvi = scope.let_all(dvi, "dv")
-            vJxdv = ss.cross_motion(rnea.joint_motion(body, rnea.arr["qd"]), dvi)
-            da[i] = dai = scope.let_all([sum_terms([(x,), (-1.0, y)]) for x, y in zip(dai, vJxdv)], "da")
-            # df = I da + v x* I dv + dv x* I v
-            I = np.asarray(body.inertia)
-            Idv = scope.let_all(ss.inertia_times(I, dvi), "Idv")
-            h = scope.let_all(ss.inertia_times(I, v), "h")
-            terms = zip(ss.inertia_times(I, dai), ss.cross_force(v, Idv), ss.cross_force(dvi, h))
-            dF[i] = [sum_terms([(a,), (b,), (c,)]) for a, b, c in terms]
-        for i in reversed(above):  # leaves to root: dF of the subtree, carried to the parent
-            body, p = robot.bodies[i], robot.bodies[i].parent
-            dF[i] = dFi = scope.let_all(dF.get(i, [0.0] * 6), "dF")
-            if p >= 0:
-                if wrt == "q" and i in seeds:  # d (X^T f) / d q = X^T (S x* f): the parent's only
-                    dFi = [sum_terms([(x,), (y,)]) for x, y in zip(dFi, ss.cross_force(seeds[i], rnea.arr["f"].get(i)))]
-                up = ss.Transform(robot, body, rnea.arr["xi"], scope).force_T(dFi, scope)
-                dF[p] = [sum_terms([(x,), (y,)]) for x, y in zip(dF.get(p, [0.0] * 6), up)]
-        for dof, contributions in rnea.tau_items():  # rows: S^T dF of the bodies that own them
-            terms = []
-            for body, mult, comp in contributions:
-                if body.index in dF:
-                    F = dF[body.index]
-                    terms.append((mult, F[comp] if comp is not None else ss.subspace_transpose_times(body, F)))
-            scope.assign(self.out[wrt](dof, j), sum_terms(terms))
+    def _frame(self, b: int):
+        w = self.w
+        E = w["wE"].get(b)
+        return [E[3 * r:3 * r + 3] for r in range(3)], w["wr"].get(b)
 
-    def items(self) -> list[tuple[int, str]]:
-        """Every column: ``(v index, wrt)``."""
-        return [(j, wrt) for wrt in ("q", "qd") for j in range(self.robot.nv)]
+    def forward(self, scope: Scope, body: Body) -> None:
+        """The body's world frame, J, ov, oa, dVdq, dAdq, dAdv, its Y and B (the composites'
+        start) and its subtree force F in the world frame."""
+        robot, rnea, w, b, p = self.robot, self.rnea, self.w, body.index, body.parent
+        scope.comment(f"body {b} ({body.joint.name}): world frame, J, ov, oa, Y, B, F")
+        E, r = ss.root_frame(robot, body, self._frame(p) if p >= 0 else None, rnea.arr["xi"], scope, world=True)
+        if robot.topology.children[b]:
+            w["wE"].put(scope, b, [x for row in E for x in row])
+            w["wr"].put(scope, b, r)
+        ov = scope.let_all(ss.motion_to_root(E, r, rnea.arr["v"].get(b), scope), "ov")
+        ovp = w["ov"].get(p) if p >= 0 else [0.0] * 6
+        oap = w["oa"].get(p) if p >= 0 else [0.0] * 3 + rnea.a0
+        w["ov"].put(scope, b, ov)
+        if robot.topology.children[b]:  # RNEA's a (gravity included), in the world frame
+            w["oa"].put(scope, b, ss.motion_to_root(E, r, rnea.arr["a"].get(b), scope))
+        for k, _, s in self.dofs[b]:
+            J = scope.let_all(ss.motion_to_root(E, r, s, scope), "J")
+            dVdq = scope.let_all(ss.cross_motion(ovp, J), "dV")
+            w["J"].put(scope, (b, k), J)
+            w["dVdq"].put(scope, (b, k), dVdq)
+            w["dAdq"].put(scope, (b, k), _add(ss.cross_motion(oap, J), ss.cross_motion(ovp, dVdq)))
+            w["dAdv"].put(scope, (b, k), _add(dVdq, ss.cross_motion(ov, J)))
+        Y = scope.let_all(ss.rbi_transform(ss.rbi_of(body.inertia), lambda x: matTvec(E, x), r, scope), "Y")
+        h = scope.let_all(ss.rbi_times_motion(Y, ov), "h")
+        Yf = ss.sym6_full(ss.sym6_from_rbi(Y))
+        for c in range(6):  # B e_c = ov x* (Y e_c) - Y (ov x e_c) + e_c x* h
+            e = [1.0 if i == c else 0.0 for i in range(6)]
+            Ye = [Yf[i][c] for i in range(6)]
+            col = _add(ss.cross_force(ov, Ye), [sum_terms([(-1.0, x)]) for x in matvec(Yf, ss.cross_motion(ov, e))],
+                       ss.cross_force(e, h))
+            for i, x in enumerate(col):
+                scope.assign(w["Bc"](b, 6 * c + i), x)
+        for k, x in enumerate(Y):  # every entry stored: the composites accumulate into them
+            scope.assign(w["Yc"](b, k), x)
+        w["F"].put(scope, b, ss.xt_force(E, r, rnea.arr["f"].get(b), scope))
+
+    def gather(self, scope: Scope, parent: int, children) -> None:
+        """``Yc[parent] += Yc[c]``, ``Bc[parent] += Bc[c]`` for each child."""
+        w = self.w
+        for name, width in (("Yc", 10), ("Bc", 36)):
+            for k in range(width):
+                scope.add_to(w[name](parent, k), sum_terms([(w[name](c, k),) for c in children]))
+
+    def dof(self, scope: Scope, b: int, k: int) -> None:
+        """A dof's column vectors G and row vectors u, w (on its body's composites)."""
+        w = self.w
+        J, dVdq, dAdq, dAdv = (w[x].get((b, k)) for x in ("J", "dVdq", "dAdq", "dAdv"))
+        Bc = [w["Bc"](b, i) for i in range(36)]
+        Yc = [w["Yc"](b, i) for i in range(10)]
+
+        def B_times(x):
+            return [sum_terms([(Bc[6 * c + i], x[c]) for c in range(6)]) for i in range(6)]
+
+        Gq1 = scope.let_all(_add(B_times(dVdq), ss.rbi_times_motion(Yc, dAdq)), "G")
+        Gq = _add(Gq1, ss.cross_force(J, w["F"].get(b)))
+        Gv = _add(B_times(J), ss.rbi_times_motion(Yc, dAdv))
+        u = [_dot(Bc[6 * c:6 * c + 6], J) for c in range(6)]  # Bc^T J
+        w["G"].put(scope, (b, k), [*Gq1, *Gq, *Gv])
+        w["uw"].put(scope, (b, k), [*u, *ss.rbi_times_motion(Yc, J)])
+
+    def dof_items(self) -> list[tuple[int, int]]:
+        return [(b, k) for b in range(self.robot.num_bodies) for k, _, _ in self.dofs[b]]
+
+    def cells(self) -> dict[tuple[int, int], list]:
+        """Output cell ``(row, column)`` (v indices) -> its terms ``(wrt, kind, row dof, column dof)``,
+        ``kind``: ``anc`` (the row's body an ancestor of the column's), ``own``, ``desc``."""
+        topo = self.robot.topology
+        out: dict[tuple[int, int], list] = {}
+        for c in range(self.robot.num_bodies):
+            for r in set(topo.support[c]) | set(topo.subtree[c]):
+                kind = "own" if r == c else ("anc" if r in topo.support[c] else "desc")
+                for kr, vr, _ in self.dofs[r]:
+                    for kc, vc, _ in self.dofs[c]:
+                        out.setdefault((vr, vc), []).append((kind, (r, kr), (c, kc)))
+        return out
+
+    def cell(self, scope: Scope, row: int, col: int, terms, out: dict) -> None:
+        """d tau[row] / d q[col] and d qd[col], summed over the dof pairs of ``terms``."""
+        w = self.w
+        dq, dqd = [], []
+        for kind, rd, cd in terms:
+            if kind == "desc":
+                u, wv = w["uw"].get(rd)[:6], w["uw"].get(rd)[6:]
+                dq += [(_dot(u, w["dVdq"].get(cd)),), (_dot(wv, w["dAdq"].get(cd)),)]
+                dqd += [(_dot(u, w["J"].get(cd)),), (_dot(wv, w["dAdv"].get(cd)),)]
+            else:
+                G, J = w["G"].get(cd), w["J"].get(rd)
+                dq.append((_dot(J, G[0:6] if kind == "own" else G[6:12]),))
+                dqd.append((_dot(J, G[12:18]),))
+        scope.assign(out["q"](row, col), sum_terms(dq))
+        scope.assign(out["qd"](row, col), sum_terms(dqd))
 
 
-def _column_signature(j: int, wrt: str) -> Signature:
-    T = TemplateParam("typename", "T")
-    return Signature(f"inverse_dynamics_gradient_column_{wrt}{j}", [
-        Param("T *", "out"), Param("const T *", "v"), Param("const T *", "a"), Param("const T *", "f"),
-        Param("const T *", "XI"), Param("const T *", "qd"), Param("const Gravity<T>", "gravity")],
-        "__device__ GRID_NOINLINE", template=[T])
+def _outputs(layers, local: bool) -> dict:
+    nv, io = layers.robot.nv, layers.vectors(local)
+    return {"q": lambda r, c: io["dtau_dq"](r * nv + c), "qd": lambda r, c: io["dtau_dqd"](r * nv + c)}
 
 
 class InverseDynamicsGradientEmitter(Emitter):
@@ -179,60 +250,58 @@ class InverseDynamicsGradientEmitter(Emitter):
     composes = ("inverse_dynamics",)
 
     def block_threads_hint(self, robot: Robot) -> int:
-        return 32 * 2 * robot.nv  # one warp per column (P2)
+        return robot.nv * robot.nv  # the output cells, one thread each (P2)
 
     def inner_doc(self, layers) -> str:
-        return (f"f_ext: this state's external forces or nullptr.  RNEA's sweeps (inverse_dynamics' steps): "
-                f"{sweeps.form_of(layers.ctx)}.")
+        return (f"f_ext: this state's external forces or nullptr.  Sweep form (RNEA's and the world "
+                f"frame's): {sweeps.form_of(layers.ctx)}.")
 
-    def helpers(self, layers) -> list:
-        """One function per column, on RNEA's v, a, f, the transform data and qd wherever they live
-        (shared memory in the block layout, the per-state function's locals): both layouts call it."""
-        robot = layers.robot
-        rnea = layers.steps("inverse_dynamics", local=True, every_body=("v",))
-        for b in robot.bodies:  # RNEA's forward step into nothing: the entries it folds (either layout's)
-            rnea.forward(Scope("t"), b)
-        nv = robot.nv
-        cols = GradientColumns(robot, rnea, {w: (lambda r, c: f"out[{r * nv + c}]") for w in ("q", "qd")})
-        out = []
-        for j, wrt in cols.items():
-            scope = Scope("t")
-            cols.column(scope, j, wrt)
-            roots = wrt == "q" and any(b.parent < 0 for b, _ in cols.seeds[j])  # reads X a0
-            out.append(n.Function(_column_signature(j, wrt), [*(ss.gravity_statements() if roots else []),
-                                                              *scope.body()],
-                                  doc=f"Column {j} of d tau / d {wrt} (out: the nv x nv output, row-major)."))
-        return out
+    def fields(self, layers) -> tuple:
+        return fields(layers.robot)
 
-    @staticmethod
-    def _calls(layers, rnea, local: bool) -> list:
-        """The column functions' calls, ``(item, call)``, on RNEA's arrays and this layout's inputs."""
-        pre = "" if local else "s_"
-        args = {x: rnea.arr[x].base for x in ("v", "a", "f")}
-        args.update(XI=f"{pre}XI", qd=f"{pre}qd", gravity="gravity")
-        return [((j, wrt), _column_signature(j, wrt).call({**args, "out": f"{pre}dtau_d{wrt}"}, {"T": "T"}))
-                for wrt in ("q", "qd") for j in range(layers.robot.nv)]
+    def structure(self, layers) -> list[tuple[int, int]]:
+        """The output cells ``(row, column)`` that are not structural zeros (the same for both
+        derivatives): what an algorithm composing this one may skip the rest of (P4)."""
+        return sorted(WorldSteps(layers.robot, None, {}).cells())
+
+    def _steps(self, layers, local: bool) -> WorldSteps:
+        rnea = layers.steps("inverse_dynamics", local=local, every_body=("v",))
+        return WorldSteps(layers.robot, rnea, layers.arrays(fields(layers.robot), local))
 
     def inner_body(self, layers) -> list:
         robot = layers.robot
-        rnea = layers.steps("inverse_dynamics", every_body=("v",))
-        calls = dict(self._calls(layers, rnea, False))
-        form = sweeps.form_of(layers.ctx)
+        steps = self._steps(layers, False)
+        rnea, form = steps.rnea, sweeps.form_of(layers.ctx)
+        cells = steps.cells()
+        out = _outputs(layers, False)
+        zero = [(r, c) for r in range(robot.nv) for c in range(robot.nv) if (r, c) not in cells]
         return [
             *ss.gravity_statements(),
             n.Comment("RNEA's forward sweep (inverse dynamics' step, by handle): v of every body, a, f"),
             *sweeps.forward(robot, rnea.forward, form),
-            n.Comment("RNEA's backward sweep: f of every body accumulated over its subtree"),
+            n.Comment("RNEA's backward sweep: f of every body summed over its subtree"),
             *sweeps.backward_gather(robot, rnea.backward, form),
-            n.Comment(f"the {2 * robot.nv} columns of d tau / d q and d tau / d qd, one warp each (P2): each "
-                      "writes its own\ncolumn of the outputs, every row (no barrier between them)"),
-            *sweeps.fan_out(list(calls), lambda scope, j, wrt: scope.stmts.append(calls[(j, wrt)]), per_warp=True),
+            n.Comment("the world frame, root to leaves: J, ov, oa and each dof's dVdq, dAdq, dAdv; Y, B and F"),
+            *sweeps.forward(robot, steps.forward, form),
+            n.Comment("the composites Yc and Bc, leaves to root: each parent gathers its children"),
+            *sweeps.backward_gather(robot, steps.gather, form),
+            n.Comment("each dof's column vectors G and row vectors u, w, one warp each"),
+            *sweeps.fan_out(steps.dof_items(), steps.dof, per_warp=True),
+            n.Sync(),
+            n.Comment(f"the {len(cells)} related output cells of each derivative (a thread each: P2) and the "
+                      f"{len(zero)} structural zeros"),
+            *sweeps.fan_out([(r, c, t) for (r, c), t in sorted(cells.items())],
+                            lambda sc, r, c, t: steps.cell(sc, r, c, t, out)),
+            *sweeps.fan_out([(r, c) for r, c in zero],
+                            lambda sc, r, c: [sc.assign(out[x](r, c), 0.0) for x in ("q", "qd")]),
         ]
 
     def state_body(self, layers) -> list:
         robot = layers.robot
-        rnea = layers.steps("inverse_dynamics", local=True, every_body=("v",))
+        steps = self._steps(layers, True)
+        rnea = steps.rnea
         arr = rnea.arr
+        out = _outputs(layers, True)
         scope = Scope("t")
 
         def visit(sc, b):
@@ -244,12 +313,25 @@ class InverseDynamicsGradientEmitter(Emitter):
                 rnea.backward(sc, robot.bodies[c].parent, [c])
 
         sweeps.depth_first(robot, scope, visit, complete)
+        for b in robot.bodies:
+            steps.forward(scope, b)
+        for b in reversed(robot.bodies):
+            if robot.topology.children[b.index]:
+                steps.gather(scope, b.index, robot.topology.children[b.index])
+        for b, k in steps.dof_items():
+            steps.dof(scope, b, k)
+        cells = steps.cells()
+        for r in range(robot.nv):
+            for c in range(robot.nv):
+                if (r, c) in cells:
+                    steps.cell(scope, r, c, cells[(r, c)], out)
+                else:
+                    for x in ("q", "qd"):
+                        scope.assign(out[x](r, c), 0.0)
         return [*ss.gravity_statements(),
-                local_declaration([arr[x] for x in ("v", "a", "f")], ["XI[XI_SIZE]"],
+                local_declaration([*(arr[x] for x in ("v", "a", "f")), *steps.w.values()], ["XI[XI_SIZE]"],
                                   "registers (or the stack): every index is a constant"),
-                *scope.body(),
-                n.Comment("the columns, one after another"),
-                *(call for _, call in self._calls(layers, rnea, True))]
+                *scope.body()]
 
 
 class InverseDynamicsGradient(Algorithm):
@@ -276,24 +358,21 @@ with :math:`\bar h\, x = x \times^* h`; the backward sweep
     depends_on = ("inverse_dynamics",)
     emitter = InverseDynamicsGradientEmitter
     review = ParallelismReview(
-        P1=done("block layout: RNEA's forward and backward sweeps run level by level (inverse_dynamics' "
-                "steps, by handle: the bodies of a level in parallel, one barrier per level); the per-column "
-                "walks down a subtree and up to the root are serial chains of one column's own work"),
-        P2=done("the 2 nv columns of d/dq and d/dqd are independent once v, a and f are known: one warp "
-                "each (their folded code differs, so one lane of each runs it), each writing its own column, "
-                "no barrier between them; the per-state layout runs them one after another"),
-        P3=todo("I v of every body is recomputed by each column that reaches it, and X v_parent and "
-                "X a_parent by each of a body's own columns; storing them beside RNEA's v, a, f in its "
-                "forward sweep would hoist them out of the 2 nv columns"),
-        P4=done("a column touches only the subtrees of the bodies whose joint moves it and their ancestors "
-                "(the rest of its rows are structural zeros, stored as such); robot constants folded into "
-                "the code (a revolute joint's S one unit axis, inertias' zeros dropped); the derivative "
-                "columns live in registers, never in shared memory"),
+        P1=done("block layout: RNEA's sweeps (inverse_dynamics' steps, by handle) and the world frame's "
+                "forward pass and composite gather run level by level, the bodies of a level in parallel, "
+                "one barrier per level"),
+        P2=done("once the composites are known the derivatives have no serial chain: each dof's column and "
+                "row vectors (G, u, w) one warp each, then every related output cell of both derivatives "
+                "one thread each (two dot products of 6 per dof pair), no barrier between the cells"),
+        P3=done("the per-pair work is hoisted into per-dof vectors: Bc dVdq + Yc dAdq (and the qd twin) for a "
+                "column, Bc^T J and Yc J for a row, computed once each, so a pair costs two dot products; "
+                "the configuration data is one XImats pass (load_update_XImats)"),
+        P4=done("structural zeros (dofs on separate branches) are stored, never computed (the cell table is "
+                "baked at generation time and handed to forward_dynamics_gradient, which skips them too); "
+                "robot constants folded into the code; a revolute joint's world J is one column of its frame"),
         notes="two layouts: block-cooperative (one block per state, the inline rung) and per-state (one thread "
-              "per state: RNEA depth-first, then each column); each column is one function both layouts "
-              "call (inverse_dynamics_gradient_column_*, on RNEA's arrays wherever they live), so its code "
-              "is compiled once; the launcher picks by INVERSE_DYNAMICS_GRADIENT_PER_STATE_MIN_N (default "
-              "1: not yet measured on the GPU)",
+              "per state, straight-line code); the launcher picks by "
+              "INVERSE_DYNAMICS_GRADIENT_PER_STATE_MIN_N (default 1: not yet measured on the GPU)",
     )
 
     def inputs(self, robot: Robot):
@@ -309,14 +388,17 @@ with :math:`\bar h\, x = x \times^* h`; the backward sweep
         return rnea_derivatives(ctx.robot, q, qd, qdd, f_ext, gravity)
 
     def arenas(self, robot: Robot, options=None):
-        return ()  # RNEA's v, a, f (composed); the columns live in registers
+        return (region("world", fields(robot), "the world-frame quantities: frames, J, ov, oa, the composites "
+                       "Yc, Bc, F, each dof's dVdq, dAdq, dAdv and its vectors G, u, w"),)
 
     def spill_rungs(self, robot: Robot, options=None):
         return (
             SpillRung(0, "all in shared memory"),
             SpillRung(1, "RNEA's sweep state in global", {callee_rung("inverse_dynamics", 1)},
-                      "what inverse dynamics' rung 1 spills: the v/a/f band, read by every column"),
-            SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "the transform data too"),
+                      "what inverse dynamics' rung 1 spills: the v/a/f band (read once by the world frame's pass)"),
+            SpillRung(2, "the world-frame band too", {callee_rung("inverse_dynamics", 1), "world"},
+                      "the world-frame quantities go to d_workspace as well"),
+            SpillRung(3, "all scratch in global", {ALL_SCRATCH}, "the transform data too"),
         )
 
 

@@ -191,9 +191,8 @@ class Emitter:
         raise NotImplementedError(f"{self.algorithm.name} hands out no steps")
 
     def helpers(self, layers) -> list:
-        """Functions (:class:`~grid_core.emit.nodes.Function`) the layers' code calls, emitted before
-        the inner: a step both layouts share as one function instead of two inlined copies (the
-        compile time of a long straight-line body grows faster than its length).  Default: none."""
+        """Nodes emitted before the inner, for both layouts' code: a function both call, a table
+        (``static __device__ const``) both read.  Default: none."""
         return []
 
     def inner_doc(self, layers) -> str:

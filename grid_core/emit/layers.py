@@ -471,8 +471,8 @@ class Layers:
 
     @property
     def helpers(self) -> list:
-        """The emitter's helper functions (:meth:`~grid_core.emit.emitter.Emitter.helpers`), built once:
-        both layouts' code calls them."""
+        """The emitter's helper nodes (:meth:`~grid_core.emit.emitter.Emitter.helpers`), built once:
+        both layouts' code reads them."""
         if not hasattr(self, "_helpers"):
             self._helpers = list(self.emitter.helpers(self))
         return self._helpers

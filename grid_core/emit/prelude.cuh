@@ -654,13 +654,6 @@ template <typename T> __host__ __device__ constexpr int grid_store_chunk() { ret
 #else
 #define GRID_RING_NOINLINE __noinline__
 #endif
-// A helper function the compiler must not inline: a long step both layouts call (the compile time
-// of a straight-line body grows faster than its length; a call costs little beside it).
-#ifdef GRID_HOST_EMULATION
-#define GRID_NOINLINE __attribute__((noinline))
-#else
-#define GRID_NOINLINE __noinline__
-#endif
 template <typename T, int SIZE>
 __device__ GRID_RING_NOINLINE void grid_ring_flush(T *__restrict__ out, const T *__restrict__ tile,
                                                    const unsigned *__restrict__ table, int g0, int g1, int lane,

@@ -185,13 +185,16 @@ class Transform:
         return xt_force(self.E_t, self.r_t, t, scope)
 
 
-def root_frame(robot: Robot, body: Body, parent_frame, xi: Index, scope: Scope) -> tuple[list, list]:
+def root_frame(robot: Robot, body: Body, parent_frame, xi: Index, scope: Scope,
+               world: bool = False) -> tuple[list, list]:
     """``^bX_root`` of ``body`` as ``(E, r)`` (``X m = [E w; E (u - r x w)]``): the transform from
     the frame of the root of its tree to its own, ``X_b ^pX_root`` given the parent's
-    (``E = E_b E_p``, ``r = r_p + E_p^T r_b``); a root's (``parent_frame`` unused) is the identity."""
-    if body.parent < 0:
-        return [[1.0 if r == c else 0.0 for c in range(3)] for r in range(3)], [0.0] * 3
-    Ep, rp = parent_frame
+    (``E = E_b E_p``, ``r = r_p + E_p^T r_b``); a root's (``parent_frame`` unused) is the identity.
+    ``world``: from the world frame instead (a root's is its joint's transform), ``^bX_world``."""
+    identity = [[1.0 if r == c else 0.0 for c in range(3)] for r in range(3)], [0.0] * 3
+    if body.parent < 0 and not world:
+        return identity
+    Ep, rp = parent_frame if body.parent >= 0 else identity
     X = Transform(robot, body, xi, scope)
     cols = [X.rotate([Ep[r][k] for r in range(3)], scope) for k in range(3)]  # (E_b E_p)[:, k]
     E = [scope.let_all([cols[k][r] for k in range(3)], "WE") for r in range(3)]
@@ -199,11 +202,11 @@ def root_frame(robot: Robot, body: Body, parent_frame, xi: Index, scope: Scope) 
     return E, scope.let_all([sum_terms([(rp[k],), (t,)]) for k, t in enumerate(matTvec(Ep, rb))], "Wr")
 
 
-def root_frames(robot: Robot, xi: Index, scope: Scope) -> dict[int, tuple[list, list]]:
+def root_frames(robot: Robot, xi: Index, scope: Scope, world: bool = False) -> dict[int, tuple[list, list]]:
     """:func:`root_frame` of every body, composed down the tree."""
     out: dict[int, tuple[list, list]] = {}
     for body in robot.bodies:
-        out[body.index] = root_frame(robot, body, out.get(body.parent), xi, scope)
+        out[body.index] = root_frame(robot, body, out.get(body.parent), xi, scope, world)
     return out
 
 

@@ -60,13 +60,29 @@ def test_single_state_gravity_and_grid_stride(kind, rng):
 
 def test_runs_rnea_through_its_handle():
     """The gradient's inner runs inverse dynamics' own steps on inverse dynamics' own arena region
-    (composed, not copied): its plan holds RNEA's v/a/f region and its code stores v at every body."""
+    (composed, not copied): its plan holds RNEA's v/a/f region beside its world-frame one, and its
+    code stores v at every body (a leaf's too, which RNEA alone never stores)."""
     from grid_core.composer import Composer, GenerateOptions
     from grid_core.emit.printer import render
 
     layers = Composer(load("iiwa14"), GenerateOptions()).layers("inverse_dynamics_gradient")
-    assert [r.name for r in layers.scratch_regions] == ["vaf"]
-    assert layers.scratch_regions[0] == layers.compose("inverse_dynamics").scratch_regions[0]
+    assert [r.name for r in layers.scratch_regions] == ["world", "vaf"]
+    assert layers.scratch_regions[1] == layers.compose("inverse_dynamics").scratch_regions[0]
     text = render(layers.emitter.inner_body(layers))
-    leaf = layers.robot.num_bodies - 1  # iiwa14's last body is a leaf: RNEA alone never stores its v
-    assert f"s_v[{6 * leaf}]" in text or f"s_v[{6 * leaf + 2}]" in text
+    leaf = layers.robot.num_bodies - 1  # iiwa14's last body is a leaf
+    assert f"s_v[{6 * leaf + 2}] = " in text
+
+
+def test_structural_zeros_are_the_unrelated_dofs():
+    """A cell of the derivatives is a structural zero exactly where its row's and its column's
+    bodies are on separate branches (hyq: one leg's joints do not move another's torques)."""
+    from grid_core.composer import Composer, GenerateOptions
+
+    robot = load("hyq")
+    layers = Composer(robot, GenerateOptions()).layers("inverse_dynamics_gradient")
+    cells = set(layers.emitter.structure(layers))
+    topo = robot.topology
+    related = {(r.v_index + i, c.v_index + k) for r in robot.bodies for c in robot.bodies
+               for i in range(r.nv) for k in range(c.nv)
+               if r.index in topo.support[c.index] or c.index in topo.support[r.index]}
+    assert cells == related and len(cells) < robot.nv ** 2
