@@ -19,18 +19,19 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.arena import ArenaRegion, SpillRung
+from grid_core.arena import SpillRung
 from grid_core.emit import dense, sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
-from grid_core.emit.expr import Scope, dot, is_const, prune_unused, sum_terms
-from grid_core.errors import CodegenError
+from grid_core.emit.expr import Scope, dot, prune_unused, sum_terms
+from grid_core.emit.storage import Field, local_declaration, region
 from grid_core.model import Body, JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm, gravity_accel
 from grid_core.review import ParallelismReview, done, todo
 
+from ._articulated import articulate
 from ._mimic import relaxation
 
 
@@ -89,22 +90,10 @@ def aba(robot: Robot, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY) -> np.nda
 # or by bodies) and the per-state one (one thread per state, straight-line code on local arrays
 # whose every index is a constant, so they live in registers; pass 2 depth-first).
 #
-# Every array is addressed through generation-time slot tables (_Sparsity): an entry is stored
-# only where it can be non-zero and is not a robot constant (a leaf's articulated inertia, U and
-# D^-1 are constants, folded where read), and a mimic constraint's right-hand-side column only
-# where it reaches.
-
-
-class _Slots:
-    """Offsets of the entries of one array, by key, each ``width(key)`` scalars wide."""
-
-    def __init__(self, keys, width):
-        self.offset: dict = {}
-        self.size = 0
-        for key in sorted(keys):
-            self.offset[key] = self.size
-            self.size += width(key)
-
+# Every array is a typed field (grid_core.emit.storage) keyed by the generation-time sparsity
+# (_Sparsity): an entry is stored only where it can be non-zero and is not a robot constant (a
+# leaf's articulated inertia, U and D^-1 are constants, folded where read), and a mimic
+# constraint's right-hand-side column only where it reaches.
 
 HOT = ("v", "pA", "IA", "a")
 """Read and written across a sweep (children read v and a, every child adds into IA and pA)."""
@@ -115,7 +104,7 @@ solve), never accumulated: the sub-band that spills first."""
 
 class _Sparsity:
     """Generation-time structure of ABA on the relaxed tree (P4): which (body, right-hand side)
-    pairs can be non-zero, and the slot tables of the arrays the steps store.
+    pairs can be non-zero, and the fields of the arrays the steps store.
 
     Column 0 is the physical right-hand side; column ``j >= 1`` is mimic constraint ``j``'s unit
     force (``C^T``'s column: +1 on the mimic joint, -multiplier on the mimicked one; no velocity,
@@ -128,7 +117,7 @@ class _Sparsity:
         nb = robot.num_bodies
         self.mimics = [b for b in robot.bodies if b.mimic is not None]  # C's rows, in order
         self.K = 1 + len(self.mimics)
-        self.width = [len(ss.subspace_columns(b)) for b in robot.bodies]
+        self.width = w = [len(ss.subspace_columns(b)) for b in robot.bodies]
         self.rhs = {}
         """``(body, column >= 1)`` -> the constant joint force of that column (non-zero only)."""
         for j, b in enumerate(self.mimics, start=1):
@@ -143,27 +132,21 @@ class _Sparsity:
             self.qdd |= {(b, j) for j in range(self.K)
                          if j == 0 or (b, j) in self.u or (p >= 0 and (p, j) in self.qdd)}
         parents = [b for b in range(nb) if topo.children[b]]
-        w = self.width
-        self.slots = {
-            "v": _Slots(parents, lambda b: 6),
-            "c": _Slots([b for b in range(nb) if topo.parent[b] >= 0], lambda b: 6),
-            "pA": _Slots(self.pA, lambda key: 6),
-            "IA": _Slots(parents, lambda b: 21),
-            "a": _Slots([(b, j) for b, j in self.qdd if topo.children[b]], lambda key: 6),
-            # a leaf's U and D^-1 are robot constants; a column's u is one where its pA is zero
-            "U": _Slots(parents, lambda b: 6 * w[b]),
-            "Dinv": _Slots(parents, lambda b: w[b] * (w[b] + 1) // 2),
-            "u": _Slots([(b, j) for b, j in self.u if j == 0 or (b, j) in self.pA], lambda key: w[key[0]]),
-            "qr": _Slots(self.qdd if self.K > 1 else (), lambda key: w[key[0]]),
-        }
-        every = set(range(nb))
-        self.nonzero = {"v": every, "c": every - {b for b in range(nb) if topo.parent[b] < 0},
-                        "pA": self.pA, "IA": every, "a": self.qdd, "U": every, "Dinv": every,
-                        "u": self.u, "qr": self.qdd}
-        """Keys whose entries can be non-zero: any other reads as an exact zero."""
+        joint = lambda key: w[key[0]]  # noqa: E731 (an entry of one scalar per joint coordinate)
+        # a leaf's U and D^-1 are robot constants; a column's u is one where its pA is zero
+        fields = [Field("v", parents), Field("pA", sorted(self.pA)), Field("IA", parents, 21),
+                  Field("a", sorted((b, j) for b, j in self.qdd if topo.children[b])),
+                  Field("c", [b for b in range(nb) if topo.parent[b] >= 0]),
+                  Field("U", parents, lambda b: 6 * w[b]), Field("Dinv", parents, lambda b: w[b] * (w[b] + 1) // 2),
+                  Field("u", sorted((b, j) for b, j in self.u if j == 0 or (b, j) in self.pA), joint),
+                  *([Field("qr", sorted(self.qdd), joint)] if self.K > 1 else [])]
+        self.fields = {f.name: f for f in fields}
 
-    def parts(self, names) -> list[tuple[str, int]]:
-        return [(nm, self.slots[nm].size) for nm in names if nm != "qr" or self.K > 1]
+
+def fields(robot: Robot) -> tuple[Field, ...]:
+    """ABA's arrays, the hot band's then the cold's (qr only on a robot with mimic joints)."""
+    f = _Sparsity(robot).fields
+    return tuple(f[x] for x in HOT + COLD if x in f)
 
 
 def _rates(body: Body, qd) -> list:
@@ -182,8 +165,8 @@ class AbaSteps:
     """ABA's per-body steps on the relaxed tree, every robot constant folded in.
 
     ``arr`` maps ``q``, ``qd``, ``tau``, ``qdd`` and ``xi`` to C++ expressions (index ->
-    expression) and gives the ``prefix`` of the scratch arrays (``s_`` in shared memory, none
-    for the per-state layout's local arrays); ``fext_guard`` is the condition under which
+    expression) and the fields of :func:`fields` to their arrays (an entry known at generation
+    time never stored, but folded where read); ``fext_guard`` is the condition under which
     ``f_ext`` is read, ``constexpr`` in the per-state layout."""
 
     def __init__(self, robot: Robot, arr: dict, fext_guard: str, constexpr: bool):
@@ -191,78 +174,51 @@ class AbaSteps:
         self.sp = _Sparsity(robot)
         self.fext_guard, self.constexpr = fext_guard, constexpr
         self.a0 = ["a0x", "a0y", "a0z"]
-        self.known: dict[tuple, float] = {}
-        """Entries of the write-once arrays that are robot constants: never stored, folded where read."""
         self.started: set = set()
         """Accumulators (IA, a constraint column's pA) already assigned once."""
 
-    # -- storage ---------------------------------------------------------------------
-
-    def at(self, name: str, key, k: int) -> str:
-        slots = self.sp.slots[name].offset
-        if key not in slots:
-            raise CodegenError(f"aba: {name}{key} has no slot ({self.robot.name}: the sparsity missed it)")
-        return f"{self.arr['prefix']}{name}[{slots[key] + k}]"
-
-    def put(self, scope: Scope, name: str, key, values) -> None:
-        """Store a write-once entry (its constant elements only recorded)."""
-        for k, x in enumerate(values):
-            if is_const(x):
-                self.known[(name, key, k)] = float(x)
-            else:
-                scope.assign(self.at(name, key, k), x)
-
-    def get(self, name: str, key, width: int) -> list:
-        out = []
-        for k in range(width):
-            if (name, key, k) in self.known:
-                out.append(self.known[(name, key, k)])
-            elif key in self.sp.slots[name].offset:
-                out.append(self.at(name, key, k))
-            elif key not in self.sp.nonzero[name]:
-                out.append(0.0)
-            else:
-                raise CodegenError(f"aba: {name}{key} read before it is written ({self.robot.name})")
-        return out
+    def get(self, name: str, key) -> list:
+        return self.arr[name].get(key)
 
     def ia(self, b: int) -> list:
         """Body ``b``'s articulated inertia: a leaf's is its own, a constant (never stored)."""
         if not self.robot.topology.children[b]:
             return ss.sym6_of(self.robot.bodies[b].inertia)
-        return [self.at("IA", b, k) for k in range(21)]
+        return [self.arr["IA"](b, k) for k in range(21)]
 
     def _accumulate(self, scope: Scope, name: str, key, parts: list, first: list | None) -> None:
         """``name[key] = first + sum(parts)`` the first time, ``+= sum(parts)`` after."""
         started = (name, key) in self.started
         terms = parts if started or first is None else [first, *parts]
+        at = self.arr[name]
         for k in range(len(terms[0])):
             total = sum_terms([(t[k],) for t in terms])
-            scope.add_to(self.at(name, key, k), total) if started else scope.assign(self.at(name, key, k), total)
+            scope.add_to(at(key, k), total) if started else scope.assign(at(key, k), total)
         self.started.add((name, key))
 
     # -- the three passes ------------------------------------------------------------
 
     def pass1(self, scope: Scope, body: Body) -> None:
         """v and c of ``body`` (where read), and its bias force pA = v x* I v - f_ext."""
-        b = body.index
+        b, arr = body.index, self.arr
         scope.comment(f"body {b} ({body.joint.name}): v, c, pA")
         S = ss.subspace_columns(body)
-        vJ = scope.let_all(_combine(S, _rates(body, self.arr["qd"])), "vJ")
+        vJ = scope.let_all(_combine(S, _rates(body, arr["qd"])), "vJ")
         if body.parent < 0:
             v = vJ  # and c = vJ x vJ = 0
         else:
-            X = ss.Transform(self.robot, body, self.arr["xi"], scope)
-            Xv = X.motion(self.get("v", body.parent, 6), scope)
+            X = ss.Transform(self.robot, body, arr["xi"], scope)
+            Xv = X.motion(self.get("v", body.parent), scope)
             v = scope.let_all([sum_terms([(Xv[k],), (vJ[k],)]) for k in range(6)], "v")
-            self.put(scope, "c", b, scope.let_all(ss.cross_motion(v, vJ), "c"))
+            arr["c"].put(scope, b, scope.let_all(ss.cross_motion(v, vJ), "c"))
         if self.robot.topology.children[b]:
-            self.put(scope, "v", b, v)
+            arr["v"].put(scope, b, v)
         Iv = scope.let_all(ss.inertia_times(np.asarray(body.inertia), v), "Iv")
         pA = ss.cross_force(v, Iv)
         for k in range(6):
-            scope.assign(self.at("pA", (b, 0), k), pA[k])
+            scope.assign(arr["pA"]((b, 0), k), pA[k])
         # f_ext is [force; moment]; pA is [moment; force]
-        sub = [n.Stmt(f"{self.at('pA', (b, 0), k)} -= f_ext[{6 * b + (k + 3) % 6}]") for k in range(6)]
+        sub = [n.Stmt(f"{arr['pA']((b, 0), k)} -= f_ext[{6 * b + (k + 3) % 6}]") for k in range(6)]
         scope.stmts.append(n.If(self.fext_guard, sub, constexpr=self.constexpr))
 
     def _rhs(self, body: Body, j: int, r: int):
@@ -273,36 +229,33 @@ class AbaSteps:
 
     def articulate(self, scope: Scope, b: int, to_parent: bool = True):
         """U = IA S, D^-1 = (S^T U)^-1 and u = tau - S^T pA of body ``b`` (stored for pass 3);
-        with ``to_parent``, returns what it passes on: Ia = IA - U D^-1 U^T and, per column,
-        pa = pA + Ia c + U D^-1 u."""
+        with ``to_parent``, returns what it passes on: the articulation, Ia = IA - U D^-1 U^T and,
+        per column, pa = pA + Ia c + U D^-1 u."""
         body, sp = self.robot.bodies[b], self.sp
-        S = ss.subspace_columns(body)
-        w = len(S)
         scope.comment(f"articulate body {b} ({body.joint.name}): U, D^-1, u" + (", Ia, pa" if to_parent else ""))
-        IA = self.ia(b)
-        U = [scope.let_all(ss.sym6_times(IA, s), "U") for s in S]
-        Dinv = dense.spd_inverse(scope, [[dot(S[r], U[c]) for c in range(w)] for r in range(w)])
-        self.put(scope, "U", b, [x for col in U for x in col])
-        self.put(scope, "Dinv", b, [Dinv[r][c] for r in range(w) for c in range(r, w)])
+        art = articulate(scope, body, self.ia(b))
+        S, U, Dinv = art.S, art.U, art.Dinv
+        w = len(S)
+        self.arr["U"].put(scope, b, [x for col in U for x in col])
+        self.arr["Dinv"].put(scope, b, [Dinv[r][c] for r in range(w) for c in range(r, w)])
         u = {}
         for j in range(sp.K):
             if (b, j) in sp.u:
-                pA = self.get("pA", (b, j), 6)
+                pA = self.get("pA", (b, j))
                 u[j] = scope.let_all([sum_terms([(self._rhs(body, j, r),), (-1.0, dot(S[r], pA))])
                                       for r in range(w)], "u")
-                self.put(scope, "u", (b, j), u[j])
+                self.arr["u"].put(scope, (b, j), u[j])
         if not to_parent:
             return None
-        # Ia S = 0 exactly: an axis-aligned joint's row and column of Ia fold to zero
-        Ia = scope.let_all(ss.sym6_sub_outer(IA, U, Dinv, scope, S), "Ia")
-        Iac = ss.sym6_times(Ia, self.get("c", b, 6))
+        Ia = art.reduced(scope)
+        Iac = ss.sym6_times(Ia, self.get("c", b))
         pa = {}
         for j, uj in u.items():
             Du = scope.let_all([sum_terms([(Dinv[r][s], uj[s]) for s in range(w)]) for r in range(w)], "Du")
-            pA = self.get("pA", (b, j), 6)
+            pA = self.get("pA", (b, j))
             pa[j] = scope.let_all([sum_terms([(pA[k],), *[(U[r][k], Du[r]) for r in range(w)],
                                               *([(Iac[k],)] if j == 0 else [])]) for k in range(6)], "pa")
-        return Ia, pa
+        return art, Ia, pa
 
     def gather(self, scope: Scope, parent: int, children) -> None:
         """Articulate each child, then ``IA[parent] += X^T Ia X`` and ``pA[parent] += X^T pa``."""
@@ -310,10 +263,10 @@ class AbaSteps:
         pAs: dict[int, list] = {}
         for c in children:
             body = self.robot.bodies[c]
-            Ia, pa = self.articulate(scope, c)
+            art, Ia, pa = self.articulate(scope, c)
             scope.comment(f"IA[{parent}] += X^T Ia X, pA[{parent}] += X^T pa ({body.joint.name})")
             X = ss.Transform(self.robot, body, self.arr["xi"], scope)
-            IAs.append(ss.sym6_to_parent(X, Ia, scope))
+            IAs.append(art.to_parent(scope, X, Ia))
             for j, f in pa.items():
                 pAs.setdefault(j, []).append(scope.let_all(X.force_T(f, scope), "f"))
         self._accumulate(scope, "IA", parent, IAs, ss.sym6_of(self.robot.bodies[parent].inertia))
@@ -329,9 +282,9 @@ class AbaSteps:
         w = len(S)
         scope.comment(f"body {b} ({body.joint.name}): a, qdd")
         X = ss.Transform(self.robot, body, self.arr["xi"], scope)
-        Uf = self.get("U", b, 6 * w)
+        Uf = self.get("U", b)
         U = [Uf[6 * r:6 * r + 6] for r in range(w)]
-        Dv = self.get("Dinv", b, w * (w + 1) // 2)
+        Dv = self.get("Dinv", b)
         tri = {pair: k for k, pair in enumerate((r, c) for r in range(w) for c in range(r, w))}
         Dinv = [[Dv[tri[(min(r, c), max(r, c))]] for c in range(w)] for r in range(w)]
         for j in range(sp.K):
@@ -340,19 +293,19 @@ class AbaSteps:
             if p < 0:  # a0 = [0; -g] for the physical column: X a0 = [0; E a0]
                 ap = [0.0, 0.0, 0.0] + X.rotate(self.a0, scope) if j == 0 else [0.0] * 6
             else:
-                ap = X.motion(self.get("a", (p, j), 6), scope)
+                ap = X.motion(self.get("a", (p, j)), scope)
                 if j == 0:
-                    c = self.get("c", b, 6)
+                    c = self.get("c", b)
                     ap = [sum_terms([(ap[k],), (c[k],)]) for k in range(6)]
             ap = scope.let_all(ap, "a")
-            uj = self.get("u", (b, j), w)
+            uj = self.get("u", (b, j))
             t = scope.let_all([sum_terms([(uj[r],), (-1.0, dot(U[r], ap))]) for r in range(w)], "ut")
             qdd = scope.let_all([sum_terms([(Dinv[r][s], t[s]) for s in range(w)]) for r in range(w)], "qdd")
             if self.robot.topology.children[b]:
                 Sq = _combine(S, qdd)
-                self.put(scope, "a", (b, j), scope.let_all([sum_terms([(ap[k],), (Sq[k],)]) for k in range(6)], "a"))
+                self.arr["a"].put(scope, (b, j), scope.let_all([sum_terms([(ap[k],), (Sq[k],)]) for k in range(6)], "a"))
             if sp.K > 1:
-                self.put(scope, "qr", (b, j), qdd)
+                self.arr["qr"].put(scope, (b, j), qdd)
             else:  # no mimic joint: the relaxed tree is the robot
                 for r in range(w):
                     scope.assign(self.arr["qdd"](body.v_index + r), qdd[r])
@@ -360,7 +313,7 @@ class AbaSteps:
     # -- mimic constraints -------------------------------------------------------------
 
     def _qr(self, b: int, j: int, r: int = 0):
-        return self.get("qr", (b, j), self.sp.width[b])[r]
+        return self.get("qr", (b, j))[r]
 
     def constraint_forces(self, scope: Scope) -> list:
         """``z = K^-1 C a_r`` with ``K = C Y`` (Y: the constraint columns' relaxed accelerations)."""
@@ -389,17 +342,6 @@ class AbaSteps:
         scope.assign(self.arr["qdd"](dof), sum_terms(terms))
 
 
-def _arrays(prefix: str) -> dict:
-    """Where ABA's steps read and write: shared-memory arrays (``s_``) in the block layout,
-    local arrays (kept in registers) in the per-state layout."""
-
-    def vector(name):
-        return lambda i: f"{prefix}{name}[{i}]"
-
-    return {"q": vector("q"), "qd": vector("qd"), "tau": vector("tau"), "qdd": vector("qdd"),
-            "xi": vector("XI"), "prefix": prefix}
-
-
 _GRAVITY = [n.Stmt("const T a0x = -gravity.x"), n.Stmt("const T a0y = -gravity.y"),
             n.Stmt("const T a0z = -gravity.z")]
 
@@ -417,9 +359,17 @@ class AbaEmitter(Emitter):
     def inner_doc(self, layers) -> str:
         return f"f_ext: this state's external forces or nullptr.  Sweep form: {sweeps.form_of(layers.ctx)}."
 
+    def fields(self, layers) -> tuple:
+        return fields(layers.robot)
+
+    def _steps(self, layers, local: bool) -> AbaSteps:
+        arrays = layers.arrays(fields(layers.robot), local)
+        return AbaSteps(layers.robot, {**layers.vectors(local), **arrays}, "USE_F_EXT" if local else "f_ext != nullptr",
+                        constexpr=local)
+
     def inner_body(self, layers) -> list:
         robot = layers.robot
-        steps = AbaSteps(robot, _arrays("s_"), "f_ext != nullptr", constexpr=False)
+        steps = self._steps(layers, local=False)
         form = sweeps.form_of(layers.ctx)
         roots = [(b.index,) for b in robot.bodies if b.parent < 0]
         out = [
@@ -450,8 +400,8 @@ class AbaEmitter(Emitter):
 
     def state_body(self, layers) -> list:
         robot = layers.robot
-        arr = _arrays("")
-        steps = AbaSteps(robot, arr, "USE_F_EXT", constexpr=True)
+        steps = self._steps(layers, local=True)
+        arr = steps.arr
         scope = Scope("t")
 
         def visit(sc, b):
@@ -471,9 +421,8 @@ class AbaEmitter(Emitter):
             z = steps.constraint_forces(scope)
             for dof in range(robot.nv):
                 steps.constrained_qdd(scope, dof, z)
-        arrays = "".join(f", {nm}[{size}]" for nm, size in steps.sp.parts(HOT + COLD) if size)
-        return [*_GRAVITY, n.Stmt(f"T XI[XI_SIZE]{arrays}", comment="registers: every index is a constant"),
-                *scope.body()]
+        return [*_GRAVITY, local_declaration([arr[f.name] for f in fields(robot)], ["XI[XI_SIZE]"],
+                                             "registers: every index is a constant"), *scope.body()]
 
 
 class ABA(Algorithm):
@@ -508,8 +457,7 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
                 "level articulating its children (U, D^-1, u, Ia, pa) and summing their X^T Ia X and X^T pa "
                 "in a fixed order (no atomics). The per-body form stays available (p1='bodies') for the A/B "
                 "a level form needs (it can lose to serial code on narrow levels); a chain is the same "
-                "either way. H200, float32, block layout at N=256 (c2bc89d): levels iiwa14 12.6, hyq 12.0, "
-                "atlas 33.4, g1 38.4 us; the bodies form is not yet timed"),
+                "either way; the bodies form is not yet timed"),
         P2=todo("done for the outputs: on mimic robots qdd = L (a_r - Y z) is a fan-out over velocity "
                 "indices (one thread each, the small constraint solve repeated per thread instead of a "
                 "barrier). Left: the constraint right-hand sides are independent columns of passes 2-3, "
@@ -524,12 +472,11 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
                 "folded; articulated inertias in 21 scalars; every array stored only where it can be "
                 "non-zero, a mimic constraint's column only where it reaches (generation-time sparsity)"),
         notes="two layouts: block-cooperative (one block per state; the inline rung, and the inner "
-              "forward_dynamics composes where it measured faster than Minv, atlas and g1) and per-state (one thread per state, straight-line register "
-              "code, pass 2 depth-first so only the root path's IA and pA stay live); the launcher picks by "
-              "ABA_PER_STATE_MIN_N (measured: 1 on iiwa14, hyq, atlas and g1; H200 float32 kernel at N=16384: "
-              "iiwa14 7.8, hyq 8.0, atlas 25.1, g1 42.2 us); a staged per-state variant for mapped host memory. "
-              "Mimic joints: the relaxed tree with one right-hand-side column per constraint, then "
-              "qdd = L (a_r - Y K^-1 C a_r) by a Cholesky of K (grid_core.emit.dense)",
+              "forward_dynamics composes where it measured faster than Minv) and per-state (one thread per "
+              "state, straight-line register code, pass 2 depth-first so only the root path's IA and pA stay "
+              "live); the launcher picks by the measured ABA_PER_STATE_MIN_N; a staged per-state variant for "
+              "mapped host memory. Mimic joints: the relaxed tree with one right-hand-side column per "
+              "constraint, then qdd = L (a_r - Y K^-1 C a_r) by a Cholesky of K (grid_core.emit.dense)",
     )
     emitter = AbaEmitter
 
@@ -543,12 +490,12 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
         return aba(ctx.robot, q, qd, tau, f_ext, gravity)
 
     def arenas(self, robot: Robot, options=None):
-        sp = _Sparsity(robot)
+        f = _Sparsity(robot).fields
         return (
-            ArenaRegion.group("sweep", sp.parts(HOT), "the sweep state: v (pass 1), pA and IA (pass 2, every child "
-                              "adds into its parent's), a (pass 3); stored where non-zero"),
-            ArenaRegion.group("cold", sp.parts(COLD), "written once, read once or twice later: c (passes 2, 3), "
-                              "U, D^-1, u (pass 3)" + (", the relaxed qdd (the mimic solve)" if sp.K > 1 else "")),
+            region("sweep", [f[x] for x in HOT], "the sweep state: v (pass 1), pA and IA (pass 2, every child "
+                   "adds into its parent's), a (pass 3); stored where non-zero"),
+            region("cold", [f[x] for x in COLD if x in f], "written once, read once or twice later: c (passes 2, "
+                   "3), U, D^-1, u (pass 3)" + (", the relaxed qdd (the mimic solve)" if "qr" in f else "")),
         )
 
     def spill_rungs(self, robot: Robot, options=None):

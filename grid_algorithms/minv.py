@@ -26,11 +26,13 @@ from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, dot, sum_terms
+from grid_core.emit.storage import Array, Field, region
 from grid_core.errors import CodegenError
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, joint_transform, motion_subspace
 from grid_core.review import ParallelismReview, done
 
+from ._articulated import Articulated, articulate
 from ._mimic import relaxation
 
 
@@ -80,11 +82,10 @@ def minv(robot: Robot, q) -> np.ndarray:
 
 # -- code generation -------------------------------------------------------------------
 #
-# The recursion on the relaxed tree, as steps on scalars (MinvSteps) shared by both layouts,
-# over column bookkeeping baked at generation time (Columns, P4): each body's relaxed columns,
-# its subtree's, where its tree ends, the compact slots of the stored quantities.
-#
-# Storage, per state (the block layout's regions):
+# The recursion on the relaxed tree, as steps on scalars (MinvSteps, with the articulate step of
+# grid_algorithms._articulated) shared by both layouts, over column bookkeeping baked at
+# generation time (Columns, P4): each body's relaxed columns, its subtree's, where its tree ends,
+# and the typed fields (grid_core.emit.storage) of the block layout's arrays:
 # * F: ONE 6-vector per relaxed column, carried up the tree in place.  Column j's articulated
 #   bias force lives at one body at a time (the body the backward pass has reached on j's path
 #   to the root), and siblings' subtrees own disjoint columns, so 6 x n_r scalars hold every
@@ -95,9 +96,9 @@ def minv(robot: Robot, q) -> np.ndarray:
 # * IA: the articulated inertia each non-root body passes to its parent, X^T (IA - U Dinv U^T) X,
 #   computed by the body itself (so siblings transform theirs in parallel; the parent sums).
 #   A leaf's IA, U and Dinv are robot constants, folded: never stored.
-# * UD: U (6 x width) and Dinv (width x width) of each body with children.
-# * Mimic robots: Mr, the relaxed n_r x n_r inverse, and schur (the Cholesky factor of K and
-#   Z = K^-1 Y^T); without mimic joints the recursion writes the output directly.
+# * U (6 x width) and Dinv (width x width) of each body with children.
+# * Mimic robots: Mr, the relaxed n_r x n_r inverse, KL (the Cholesky factor of K) and
+#   Z = K^-1 Y^T; without mimic joints the recursion writes the output directly.
 #
 # Only the upper triangle (each row from its own column on) is computed; each final entry is
 # written once, with its mirror.
@@ -121,21 +122,6 @@ class Columns:
                 root[b] = root[p]
         self.tree_end = [rel.end[root[b]] for b in range(robot.num_bodies)]
         self.leaf = [not topo.children[b] for b in range(robot.num_bodies)]
-        self.p_cols, self.p_off, off = {}, {}, 0
-        for b in range(robot.num_bodies):  # P: bodies with children, their children's columns
-            if not self.leaf[b]:
-                self.p_cols[b] = (rel.index[b] + rel.width[b], self.tree_end[b])
-                self.p_off[b] = off
-                off += 6 * (self.tree_end[b] - self.p_cols[b][0])
-        self.p_size = off
-        self.ia_slot = {b.index: k for k, b in enumerate(x for x in robot.bodies if x.parent >= 0)}
-        self.u_off, self.d_off, u, d = {}, {}, 0, 0
-        for b in range(robot.num_bodies):
-            if not self.leaf[b]:
-                w = rel.width[b]
-                self.u_off[b], self.d_off[b] = u, d
-                u, d = u + 6 * w, d + w * w
-        self.u_size, self.d_size = u, d
         # mimic constraints C v_r = 0: row k is +1 at ib, -mult at im
         self.mimics = [(rel.index[b.index], rel.index[b.mimic.body], float(b.mimic.multiplier))
                        for b in robot.bodies if b.mimic is not None]
@@ -144,6 +130,22 @@ class Columns:
         """own coordinate a is relaxed coordinate a + #{t in own_steps: a >= t} (branch-free)."""
         if [a + sum(a >= t for t in self.own_steps) for a in range(robot.nv)] != [int(x) for x in rel.own]:
             raise CodegenError(f"minv: robot '{robot.name}': its own coordinates are not in relaxed order")
+        parents = [b for b in range(robot.num_bodies) if not self.leaf[b]]
+        w, m = rel.width, self.m
+        self.p_first = {b: rel.index[b] + w[b] for b in parents}
+        """The first column of body ``b``'s P: its first child's."""
+        fields = [
+            Field("F", range(6), self.n),  # component-major: F(k, j) is column j's component k
+            # per body with children, component-major over the columns from its first child's on
+            Field("P", [(b, k) for b in parents for k in range(6)],
+                  lambda key: self.tree_end[key[0]] - self.p_first[key[0]]),
+            Field("IA", [b.index for b in robot.bodies if b.parent >= 0], 21),
+            Field("U", parents, lambda b: 6 * w[b]), Field("Dinv", parents, lambda b: w[b] * w[b]),
+            *([Field("Mr", range(self.n), self.n),  # row-major
+               Field("KL", [*range(m), "inv"], lambda key: m if key == "inv" else key + 1),  # L's rows, 1/L_kk
+               Field("Z", range(m), robot.nv)] if self.mimic else []),
+        ]
+        self.fields = {f.name: f for f in fields}
 
     @property
     def m(self) -> int:
@@ -178,20 +180,6 @@ class MinvSteps:
     def X(self, scope: Scope, body: Body) -> ss.Transform:
         return ss.Transform(self.robot, body, self.xi, scope)
 
-    def articulated(self, scope: Scope, body: Body, IA) -> tuple[list, list]:
-        """``U = IA S`` (columns) and ``Dinv = (S^T U)^-1``: a revolute joint's U is one column of
-        IA (folded), its D a scalar, one reciprocal; a free-flyer's D a 6x6 SPD (Cholesky)."""
-        S = self.S[body.index]
-        U = [scope.let_all(ss.sym6_times(IA, s), "U") for s in S]
-        D = [[dot(S[a], U[c]) for c in range(len(S))] for a in range(len(S))]
-        return U, dense.spd_inverse(scope, D)
-
-    def passed_on(self, scope: Scope, body: Body, IA, U, Dinv) -> list:
-        """``X^T (IA - U Dinv U^T) X``: what the body adds to its parent's articulated inertia."""
-        # Ia S = 0 exactly: an axis-aligned joint's row and column of Ia fold to zero
-        Ia = scope.let_all(ss.sym6_sub_outer(IA, U, Dinv, scope, self.S[body.index]), "Ia")
-        return ss.sym6_to_parent(self.X(scope, body), Ia, scope)
-
     def backward(self, scope: Scope, body: Body, Dinv, F, own: int | None, S=None) -> list:
         """Rows ``ii`` of one column of the backward pass, ``Dinv (e - S^T F)``: ``own`` the
         joint's own column (``F`` zero there), else a descendant's (``e`` zero).  ``S``: the
@@ -202,26 +190,55 @@ class MinvSteps:
         rhs = [scope.let(dot(s, F), "StF") for s in (self.S[body.index] if S is None else S)]
         return scope.let_all([sum_terms([(-1.0, Dinv[a][c], rhs[c]) for c in range(w)]) for a in range(w)], "m")
 
-    def transfer(self, scope: Scope, body: Body, U, minv, F) -> list:
-        """``X^T (F + U minv)``: the column's bias force, carried to the parent."""
+    def transfer(self, scope: Scope, body: Body, U, minv, F, to_parent: bool = True) -> list:
+        """``X^T (F + U minv)``: the column's bias force, carried to the parent (``to_parent``
+        false: ``F + U minv``, a column carried in its tree's root frame, ``U`` given there)."""
         f = [sum_terms([*([(F[k],)] if F is not None else []), *[(U[c][k], minv[c]) for c in range(len(U))]])
              for k in range(6)]
+        if not to_parent:
+            return scope.let_all(f, "F")
         return scope.let_all(self.X(scope, body).force_T(scope.let_all(f, "f"), scope), "F")
 
-    def forward(self, scope: Scope, body: Body, U, Dinv, Pp, minv) -> tuple[list, list]:
+    def forward(self, scope: Scope, body: Body, U, Dinv, Pp, minv, S=None, transform: bool = True):
         """One column of the forward pass: ``minv -= Dinv U^T X Pp`` (``minv`` None: zero, a column
-        beyond the subtree; ``Pp`` None: a root), then ``P = X Pp + S minv``."""
+        beyond the subtree; ``Pp`` None: a root), then ``P = X Pp + S minv``.  ``transform``
+        false: no ``X``, a column carried in its tree's root frame (``U`` and ``S`` given there)."""
         w = len(Dinv)
         minv = list(minv) if minv is not None else [0.0] * w
         XP = [0.0] * 6
         if Pp is not None:
-            XP = scope.let_all(self.X(scope, body).motion(Pp, scope), "XP")
-            UtXP = [scope.let(dot(u, XP), "UtXP") for u in U]
+            XP = scope.let_all(self.X(scope, body).motion(Pp, scope), "XP") if transform else Pp
+            UtXP = [scope.let(dot(u, XP), "UtXP" if transform else "UtP") for u in U]
             minv = [sum_terms([(minv[a],), *[(-1.0, Dinv[a][c], UtXP[c]) for c in range(w)]]) for a in range(w)]
         minv = scope.let_all(minv, "m")
-        S = self.S[body.index]
+        S = self.S[body.index] if S is None else S
         P = [sum_terms([(XP[k],), *[(S[c][k], minv[c]) for c in range(w)]]) for k in range(6)]
         return minv, P
+
+
+class _Schur:
+    """The mimic correction's math, for both layouts: ``Minv = L (Mr - Y K^-1 Y^T) L^T`` with
+    ``Y = Mr C^T`` and ``K = C Y`` (``m x m``), on ``mr(r, c)``: the relaxed inverse's entry
+    (any row and column: both triangles)."""
+
+    def __init__(self, cols: Columns, mr):
+        self.cols, self.mr = cols, mr
+
+    def Y(self, r, k):
+        """``Y[r, k] = Mr[r, ib] - mult Mr[r, im]`` (``r`` an int or a C++ expression)."""
+        ib, im, mult = self.cols.mimics[k]
+        return sum_terms([(self.mr(r, ib),), (-mult, self.mr(r, im))])
+
+    def K(self) -> list:
+        """``K = C Y``'s lower triangle (what the Cholesky factorisation reads)."""
+        mimics, m = self.cols.mimics, self.cols.m
+        return [[sum_terms([(self.Y(mimics[k][0], l),), (-mimics[k][2], self.Y(mimics[k][1], l))])
+                 if l <= k else 0.0 for l in range(m)] for k in range(m)]
+
+    def entry(self, ra, rb, y, z):
+        """``Minv[a, b] = Mr[ra, rb] - sum_k Y[ra, k] Z[k, b]`` (``ra``, ``rb``: the relaxed
+        coordinates of ``a`` and ``b``; ``y``, ``z``: row ``ra`` of Y and column ``b`` of Z)."""
+        return sum_terms([(self.mr(ra, rb),), *[(-1.0, yk, zk) for yk, zk in zip(y, z)]])
 
 
 def _groups(robot: Robot, form: str) -> tuple[list[list[int]], list[list[int]]]:
@@ -238,51 +255,51 @@ def _groups(robot: Robot, form: str) -> tuple[list[list[int]], list[list[int]]]:
 
 
 class _Block:
-    """The block layout's runs (:class:`sweeps.Run`), on the inner's shared-memory arrays."""
+    """The block layout's runs (:class:`sweeps.Run`), on the inner's arena arrays (``arrays``:
+    the fields of :class:`Columns` bound by the layer generator; None: bound as it binds them,
+    for the runs' widths alone)."""
 
-    def __init__(self, robot: Robot):
+    def __init__(self, robot: Robot, arrays: dict | None = None, xi=lambda i: f"s_XI[{i}]"):
         self.robot = robot
         self.cols = Columns(robot)
-        self.steps = MinvSteps(robot, lambda i: f"s_XI[{i}]")
-        self.mr = "s_Mr" if self.cols.mimic else "s_Minv"
-        self._leaf_ud = {}
+        self.steps = MinvSteps(robot, xi)
+        self.arr = arrays or {f.name: Array(f, f"s_{f.name}") for f in self.cols.fields.values()}
+        nr = self.cols.n
+        self.mr = self.arr["Mr"] if self.cols.mimic else Array(Field("Minv", range(nr), nr), "s_Minv")
+        self._leaf = {}
 
     # -- the arrays ------------------------------------------------------------------
 
     def entry(self, r, c) -> str:
         """``Mr[r, c]`` (relaxed, row-major); ``r`` or ``c`` may be a C++ expression."""
-        nr = self.cols.n
-        if isinstance(r, int) and isinstance(c, int):
-            return f"{self.mr}[{r * nr + c}]"
         if isinstance(r, int):
-            return f"{self.mr}[{_lin(r * nr, c)}]"
-        return f"{self.mr}[{_lin(c, f'{r} * {nr}')}]"
+            return self.mr(r, c)
+        return f"{self.mr.base}[{_lin(c, f'{r} * {self.cols.n}')}]"
 
     def F(self, j) -> list[str]:
-        nr = self.cols.n
-        return [f"s_F[{k * nr + j}]" if isinstance(j, int) else f"s_F[{_lin(k * nr, j)}]" for k in range(6)]
+        return [self.arr["F"](k, j) for k in range(6)]
 
     def P(self, b: int, j) -> list[str]:
-        c0, c1 = self.cols.p_cols[b]
-        base = self.cols.p_off[b]
-        width = c1 - c0
-        return [f"s_P[{base + k * width + j - c0}]" if isinstance(j, int) else f"s_P[{_lin(base + k * width - c0, j)}]"
-                for k in range(6)]
+        return [self.arr["P"]((b, k), j, first=self.cols.p_first[b]) for k in range(6)]
+
+    def leaf(self, b: int) -> Articulated:
+        """A leaf's articulation: robot constants."""
+        if b not in self._leaf:
+            body = self.robot.bodies[b]
+            self._leaf[b] = articulate(Scope("c"), body, ss.sym6_of(body.inertia))
+        return self._leaf[b]
 
     def ud(self, b: int) -> tuple[list, list]:
         """``U`` and ``Dinv`` of body ``b``: stored, or a leaf's constants."""
-        body = self.robot.bodies[b]
         if self.cols.leaf[b]:
-            if b not in self._leaf_ud:
-                self._leaf_ud[b] = self.steps.articulated(Scope("c"), body, ss.sym6_of(body.inertia))
-            return self._leaf_ud[b]
+            return self.leaf(b).U, self.leaf(b).Dinv
         w = self.cols.rel.width[b]
-        U = [[f"s_U[{self.cols.u_off[b] + 6 * c + k}]" for k in range(6)] for c in range(w)]
-        D = [[f"s_Dinv[{self.cols.d_off[b] + w * r + c}]" for c in range(w)] for r in range(w)]
+        U = [[self.arr["U"](b, 6 * c + k) for k in range(6)] for c in range(w)]
+        D = [[self.arr["Dinv"](b, w * r + c) for c in range(w)] for r in range(w)]
         return U, D
 
     def ia(self, b: int) -> list[str]:
-        return [f"s_IA[{21 * self.cols.ia_slot[b] + k}]" for k in range(21)]
+        return [self.arr["IA"](b, k) for k in range(21)]
 
     def write(self, scope: Scope, r: int, j, value, mirror: bool) -> None:
         scope.assign(self.entry(r, j), value)
@@ -301,22 +318,21 @@ class _Block:
 
         def step(scope, _k):
             if cols.leaf[b]:
-                IA = ss.sym6_of(body.inertia)
-                U, Dinv = self.ud(b)
+                art = self.leaf(b)
             else:
                 IA = ss.sym6_of(body.inertia)
                 for c in robot.topology.children[b]:
                     IA = ss.sym6_add(IA, self.ia(c))
-                IA = scope.let_all(IA, "IA")
-                U, Dinv = steps.articulated(scope, body, IA)
+                art = articulate(scope, body, scope.let_all(IA, "IA"))
                 stored_U, stored_D = self.ud(b)
-                for c in range(len(U)):
+                for c in range(len(art.U)):
                     for k in range(6):
-                        scope.assign(stored_U[c][k], U[c][k])
-                    for r in range(len(U)):
-                        scope.assign(stored_D[r][c], Dinv[r][c])
+                        scope.assign(stored_U[c][k], art.U[c][k])
+                    for r in range(len(art.U)):
+                        scope.assign(stored_D[r][c], art.Dinv[r][c])
             if body.parent >= 0:
-                for k, x in enumerate(steps.passed_on(scope, body, IA, U, Dinv)):
+                Ia = art.reduced(scope)
+                for k, x in enumerate(art.to_parent(scope, steps.X(scope, body), Ia)):
                     scope.assign(self.ia(b)[k], x)
 
         kids = list(robot.topology.children[b])
@@ -425,37 +441,26 @@ class _Block:
     # -- mimic joints ------------------------------------------------------------------
 
     def correction(self) -> list:
-        """``Minv = L (Mr - Y K^-1 Y^T) L^T``, ``Y = Mr C^T``, ``K = C Y``: K factored by one
-        thread, ``Z = K^-1 Y^T`` one own column per thread, the entries one per thread."""
+        """``Minv = L (Mr - Y K^-1 Y^T) L^T`` (:class:`_Schur`): K factored by one thread,
+        ``Z = K^-1 Y^T`` one own column per thread, the entries one per thread."""
         cols, nv, m = self.cols, self.robot.nv, self.cols.m
-        mimics = cols.mimics
-
-        def Y(r, k):  # Y[r, k] = Mr[r, ib] - mult Mr[r, im]: both triangles of Mr are final here
-            ib, im, mult = mimics[k]
-            return sum_terms([(self.entry(r, ib),), (-mult, self.entry(r, im))])
-
-        def L_at(i, j):
-            return f"s_KL[{i * (i + 1) // 2 + j}]"
-
-        def inv_at(i):
-            return f"s_KL[{m * (m + 1) // 2 + i}]"
+        schur = _Schur(cols, self.entry)  # both triangles of Mr are final here
+        KL, Z = self.arr["KL"], self.arr["Z"]
 
         def factor(scope, _k):
-            K = [[sum_terms([(Y(mimics[k][0], l),), (-mimics[k][2], Y(mimics[k][1], l))])
-                  if l <= k else 0.0 for l in range(m)] for k in range(m)]
-            chol = dense.cholesky(scope, K)
+            chol = dense.cholesky(scope, schur.K())
             for i in range(m):
-                scope.assign(inv_at(i), chol.inv_diag[i])
+                scope.assign(KL("inv", i), chol.inv_diag[i])
                 for j in range(i + 1):
-                    scope.assign(L_at(i, j), chol.L[i][j])
+                    scope.assign(KL(i, j), chol.L[i][j])
 
         def solve(scope, a):
             scope.stmt(f"const int ra = {cols.own(a)}")
-            chol = dense.Cholesky([[L_at(i, j) if j <= i else 0.0 for j in range(m)] for i in range(m)],
-                                  [inv_at(i) for i in range(m)])
-            z = dense.cho_solve(scope, chol, [[scope.let(Y("ra", k), "y")] for k in range(m)])
+            chol = dense.Cholesky([[KL(i, j) if j <= i else 0.0 for j in range(m)] for i in range(m)],
+                                  [KL("inv", i) for i in range(m)])
+            z = dense.cho_solve(scope, chol, [[scope.let(schur.Y("ra", k), "y")] for k in range(m)])
             for k in range(m):
-                scope.assign(f"s_Z[{_lin(k * nv, a)}]", z[k][0])
+                scope.assign(Z(k, a), z[k][0])
 
         def row(a):
             ra = cols.own(a)
@@ -463,8 +468,8 @@ class _Block:
             def step(scope, k):
                 scope.stmt(f"const int b = {_lin(a, k)}")
                 scope.stmt(f"const int rb = {cols.own('b')}")
-                x = scope.let(sum_terms([(self.entry(ra, "rb"),),
-                                         *[(-1.0, Y(ra, k2), f"s_Z[{_lin(k2 * nv, 'b')}]") for k2 in range(m)]]), "Minv")
+                y, z = [schur.Y(ra, k2) for k2 in range(m)], [Z(k2, "b") for k2 in range(m)]
+                x = scope.let(schur.entry(ra, "rb", y, z), "Minv")
                 scope.assign(f"s_Minv[{_lin(a * nv, 'b')}]", x)
                 scope.extend([n.If(f"b != {a}", [n.Stmt(f"s_Minv[b * {nv} + {a}] = {x}")])])
             return sweeps.Run(nv - a, step, comment=f"row {a} (relaxed {ra}), b >= {a}")
@@ -516,9 +521,12 @@ class MinvEmitter(Emitter):
     def inner_doc(self, layers) -> str:
         return f"Sweep form: {sweeps.form_of(layers.ctx)}."
 
+    def fields(self, layers) -> tuple:
+        return tuple(Columns(layers.robot).fields.values())
+
     def inner_body(self, layers) -> list:
         robot = layers.robot
-        block = _Block(robot)
+        block = _Block(robot, layers.arrays(self.fields(layers)), layers.vectors()["xi"])
         back, fwd = block.steps_of(sweeps.form_of(layers.ctx))
         out: list = [n.Comment(
             "backward pass, leaves to root: each step finalizes a group of bodies (their articulated\n"
@@ -547,43 +555,42 @@ class MinvEmitter(Emitter):
         robot = layers.robot
         cols = Columns(robot)
         nv, nr = robot.nv, cols.n
-        xi = lambda i: f"XI[{i}]"
-        steps = MinvSteps(robot, xi)
+        io = layers.vectors(local=True)
+        steps = MinvSteps(robot, io["xi"])
         scope = Scope("t")
         acc = {b.index: ss.sym6_of(b.inertia) for b in robot.bodies}
         ud: dict = {}
 
         def visit(sc, b):
-            ss.xi_update(sc, robot, b, lambda i: f"q[{i}]", xi)
+            ss.xi_update(sc, robot, b, io["q"], io["xi"])
 
         def complete(sc, c):
             # IA[c] is final once its subtree is: its U and Dinv, then its part of the parent's
             body = robot.bodies[c]
-            IA = sc.let_all(acc.pop(c), "IA")
-            U, Dinv = ud[c] = steps.articulated(sc, body, IA)
+            art = ud[c] = articulate(sc, body, sc.let_all(acc.pop(c), "IA"))
             if body.parent >= 0:
                 p = body.parent
-                acc[p] = sc.let_all(ss.sym6_add(acc[p], steps.passed_on(sc, body, IA, U, Dinv)), "acc")
+                Ia = art.reduced(sc)
+                acc[p] = sc.let_all(ss.sym6_add(acc[p], art.to_parent(sc, steps.X(sc, body), Ia)), "acc")
 
         sweeps.depth_first(robot, scope, visit, complete)
         root = frame_of(layers.ctx) == "root"
-        UW, SW = {}, {}
+        U, S = {b: ud[b].U for b in ud}, {}  # U and S in the frame the columns are carried in
         if root:
             # the columns in the frame of their tree's root (Pinocchio's world frame): U and S of
             # every body carried there once, so a column's force F goes up (F += U m) and its
             # acceleration P down (P += S m) with no transform per body and column
             scope.comment("U and S of every body in its tree's root frame")
-            frames = ss.root_frames(robot, xi, scope)
+            frames = ss.root_frames(robot, io["xi"], scope)
             for body in robot.bodies:
                 b = body.index
-                U, _ = ud[b]
                 if body.parent < 0:
-                    UW[b], SW[b] = U, steps.S[b]
+                    S[b] = steps.S[b]
                     continue
                 E, r = frames[b]
-                UW[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U]
+                U[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U[b]]
                 if not cols.leaf[b]:
-                    SW[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
+                    S[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
         owner = {j: b.index for b in robot.bodies for j in range(cols.columns(b.index)[0], cols.columns(b.index)[1])}
         final: dict = {}
         for j in range(nr):
@@ -591,18 +598,10 @@ class MinvEmitter(Emitter):
             scope.comment(f"column {j} ({bj.joint.name}): up its path, then down its tree")
             back, F, a, own = {}, None, bj, j - cols.columns(bj.index)[0]
             while True:
-                _, Dinv = ud[a.index]
-                w = len(Dinv)
-                m = steps.backward(scope, a, Dinv, F, own, SW.get(a.index))
-                back[a.index] = m
+                back[a.index] = m = steps.backward(scope, a, ud[a.index].Dinv, F, own, S.get(a.index))
                 if a.parent < 0:
                     break
-                if root:
-                    UWa = UW[a.index]
-                    F = scope.let_all([sum_terms([*([(F[k],)] if F is not None else []),
-                                                  *[(UWa[c][k], m[c]) for c in range(w)]]) for k in range(6)], "F")
-                else:
-                    F = steps.transfer(scope, a, ud[a.index][0], m, F)
+                F = steps.transfer(scope, a, U[a.index], m, F, to_parent=not root)
                 a, own = robot.bodies[a.parent], None
             P: dict = {}
             for body in robot.bodies:
@@ -610,18 +609,8 @@ class MinvEmitter(Emitter):
                 i0, d0, _, tend = cols.columns(b)
                 if not i0 <= j < tend:
                     continue
-                U, Dinv = ud[b]
-                w = len(Dinv)
-                if root:
-                    minv = list(back[b]) if b in back else [0.0] * w
-                    Pp = P[p] if p >= 0 else [0.0] * 6
-                    if p >= 0:
-                        UtP = [scope.let(dot(u, Pp), "UtP") for u in UW[b]]
-                        minv = [sum_terms([(minv[k],), *[(-1.0, Dinv[k][c], UtP[c]) for c in range(w)]])
-                                for k in range(w)]
-                    minv = scope.let_all(minv, "m")
-                else:
-                    minv, Pb = steps.forward(scope, body, U, Dinv, P[p] if p >= 0 else None, back.get(b))
+                minv, Pb = steps.forward(scope, body, U[b], ud[b].Dinv, P[p] if p >= 0 else None, back.get(b),
+                                         S.get(b), transform=not root)
                 for r in range(d0 - i0):
                     if i0 + r <= j:
                         final[(i0 + r, j)] = minv[r]
@@ -630,12 +619,7 @@ class MinvEmitter(Emitter):
                             if i0 + r != j:
                                 scope.assign(f"Minv[{j * nv + i0 + r}]", minv[r])
                 if j >= d0 and not cols.leaf[b]:
-                    if root:
-                        Sb = SW[b]
-                        P[b] = scope.let_all([sum_terms([(Pp[k],), *[(Sb[c][k], minv[c]) for c in range(w)]])
-                                              for k in range(6)], "P")
-                    else:
-                        P[b] = scope.let_all(Pb, "P")
+                    P[b] = scope.let_all(Pb, "P")
         if not cols.mimic:
             for r in range(nv):  # entries between separate trees
                 for c in range(r + 1, nv):
@@ -648,25 +632,17 @@ class MinvEmitter(Emitter):
 
     @staticmethod
     def _state_correction(scope: Scope, cols: Columns, final: dict) -> None:
-        nv, m, mimics = cols.robot.nv, cols.m, cols.mimics
-
-        def mr(r, c):
-            return final.get((min(r, c), max(r, c)), 0.0)
-
-        def Y(r, k):
-            ib, im, mult = mimics[k]
-            return sum_terms([(mr(r, ib),), (-mult, mr(r, im))])
-
+        """The mimic correction (:class:`_Schur`) as straight-line code on the relaxed entries."""
+        nv, m = cols.robot.nv, cols.m
+        schur = _Schur(cols, lambda r, c: final.get((min(r, c), max(r, c)), 0.0))
         scope.comment(f"mimic joints: Minv = L (Mr - Y K^-1 Y^T) L^T, K = C Mr C^T ({m} x {m})")
-        K = [[sum_terms([(Y(mimics[k][0], l),), (-mimics[k][2], Y(mimics[k][1], l))]) if l <= k else 0.0
-              for l in range(m)] for k in range(m)]
-        chol = dense.cholesky(scope, K)
-        B = [[scope.let(Y(cols.own(a), k), "y") for a in range(nv)] for k in range(m)]
+        chol = dense.cholesky(scope, schur.K())
+        B = [[scope.let(schur.Y(cols.own(a), k), "y") for a in range(nv)] for k in range(m)]
         Z = dense.cho_solve(scope, chol, B)
         for a in range(nv):
             for b in range(a, nv):
-                x = scope.let(sum_terms([(mr(cols.own(a), cols.own(b)),),
-                                         *[(-1.0, B[k][a], Z[k][b]) for k in range(m)]]), "Minv")
+                x = scope.let(schur.entry(cols.own(a), cols.own(b), [B[k][a] for k in range(m)],
+                                          [Z[k][b] for k in range(m)]), "Minv")
                 scope.assign(f"Minv[{a * nv + b}]", x)
                 if b != a:
                     scope.assign(f"Minv[{b * nv + a}]", x)
@@ -705,19 +681,15 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
                 "X^T Ia X each passes to its parent, so siblings transform theirs in parallel and the "
                 "parent only sums: no atomics, a fixed order; one warp per body) while the columns of "
                 "the level below run; the forward pass's levels follow. The per-body form "
-                "(p1='bodies') stays for the A/B; a chain is the same either way. H200, float32, kernel us, "
-                "levels vs bodies at N=256 (e4d6bd6): hyq 11.5 / 13.1, atlas 37.5 / 43.0, g1 42.7 / 50.7, "
-                "pr2 41.3 / 46.0 (iiwa14 11.6 / 10.7: the same code, noise); minv.tuning.json"),
+                "(p1='bodies') stays for the A/B (minv.tuning.json); a chain is the same either way"),
         P2=done("inside each step the columns are independent unit-force solves, one thread each: "
                 "a body's subtree columns in the backward pass, its columns j >= i in the forward pass, "
                 "consecutive columns of one body on consecutive threads (one code path per warp); the "
                 "mimic correction fans Z = K^-1 Y^T over own columns and the upper triangle's entries over "
                 "threads (one thread factors K, m <= 10). Not fanned: an articulated-inertia update, whose 21 "
                 "entries' folded code differs (a warp would run them one after another) and shares its "
-                "intermediates. Tried and reverted: X^T Ia X on six threads, one code path over the "
-                "column (Ia and W = X^T Ia through shared memory, two more barriers per level): H200, "
-                "N=256, 37.5 -> 41.3 us on atlas, 42.7 -> 47.7 on g1, 41.3 -> 48.5 on pr2 (faster only "
-                "at N=16384, where the per-state layout is 3-10x faster still)"),
+                "intermediates; X^T Ia X on six threads (one code path over the column, two more barriers "
+                "per level) was tried and measured slower, so reverted"),
         P3=done("the configuration-dependent transform data is hoisted into one parallel pass over "
                 "bodies (load_update_XImats) before the recursions; each body's transform of its "
                 "articulated inertia to its parent is done by the body, in parallel with its siblings, "
@@ -731,38 +703,16 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
                 "folded into the code (a revolute joint's U one column, its D one reciprocal)"),
         notes="two layouts: block-cooperative (the inline rung) and per-state (one thread per state: "
               "the articulated inertias depth-first in registers, then each column on its own, up its "
-              "body's path and down its tree, so only one column's forces and accelerations are live: "
-              "half the host compiler's time on g1 of the two passes in body order, whose values all "
-              "lived across the pass boundary); the launcher picks by MINV_PER_STATE_MIN_N; staged "
-              "through shared memory from MINV_STAGE_MIN_N states (nv^2 outputs, as crba: 4096 on iiwa14 "
-              "and hyq, warp by warp; H200 float32 at N=16384, graph replay over the empty kernel's: iiwa14 "
-              "2.3 us, hyq 3.8; at 262144 1.9x and 1.3x the memory floor). Mimic robots: the recursion on "
-              "the relaxed tree, then the Schur complement of the constraints (grid_core.emit.dense: "
-              "Cholesky of K). H200, float32, kernel us against upstream GRiD's rebuilt on the same H200: iiwa14 "
-              "N=256 8.7 (per-state) vs 12.7, N=16384 9.1 vs 176; hyq N=256 11.5 (block) vs 11.6, N=16384 "
-              "10.3 vs 171 (14.0 before the staged stores went in chunks of loads, then stores); atlas "
-              "N=1 / 256 / 1024 26.6 / 27.5 / 31.8 (per-state: the crossover measured again with the ring, "
-              "fda5422: atlas 1, g1 1024) vs 23.0 / 25.1 / 63.0 (the block layout 30.9 / 34.5 / 69.2), N=4096 "
-              "34.7 vs 219, N=16384 68.1 vs 841 (fda5422). Robots too large to stage whole "
-              "(32 states' Minv over 48 KB: atlas, g1) take the ring kernel from MINV_RING_MIN_N states "
-              "(grid_core.emit.ring: each warp's outputs through a ring of shared memory, flushed as runs "
-              "of consecutive entries; a value stored to several entries held once, the ring sized to the "
-              "distinct values: atlas 214 in 224 slots, one flush; g1 630 in 416, two; ncu on atlas at 16384: 28.8k line writes a warp with per-thread "
-              "stores, 68 cycles an instruction, LG-throttled; the launch spread over the SMs in whole warps): "
-              "H200 float32 graph-replay us, plain / ring (fda5422): atlas N=2048 42.1 / 31.3, 4096 69.2 / "
-              "31.7, 16384 321 / 66.0, 65536 1637 / 301 (238 in blocks of the warps that keep the most "
-              "resident, b000eab: one warp a block, seven an SM, against one block of four); g1 4096 97.7 / "
-              "88.9, 16384 609 / 209, 65536 3241 / 881 (four warps an SM either way); below MINV_RING_MIN_N "
-              "the plain stores win (atlas 1024: 30.0 / 31.9); kernel us at 262144 (b000eab): atlas 844, "
-              "3.7x the memory floor (1240 in blocks of four warps), g1 3554, 11.6x; atlas's one flush "
-              "as the warp's whole block of outputs in order (MINV_RING_SLOT_OF, measured: whole on atlas; "
-              "g1 flushes twice, by groups), graph us at 4096 / 16384 / 65536 / 262144 groups vs whole: "
-              "31.6 / 64.5 / 231 / 839 vs 32.7 / 57.4 / 196 / 678, 3.0x the memory floor (with every store "
-              "coalesced, a layout the output's contract does not allow, atlas at 16384 took 56; with "
-              "none, 21). ncu: the block layout's warps "
-              "wait at barriers 65% of their cycles (a level's long finalizing, straight-line code run "
-              "once, carries the critical path); the per-state kernel at N=1 stalls on instruction fetch "
-              "(7 of 8.7 cycles per instruction)",
+              "body's path and down its tree, so only one column's forces and accelerations are live, "
+              "which halves the host compiler's time against two passes in body order); the launcher "
+              "picks by MINV_PER_STATE_MIN_N; staged through shared memory from MINV_STAGE_MIN_N states "
+              "(nv^2 outputs, as crba); robots too large to stage whole (atlas, g1) take the ring kernel "
+              "from MINV_RING_MIN_N states (grid_core.emit.ring: each warp's outputs through a ring of "
+              "shared memory, flushed as runs of consecutive entries, a value stored to several entries "
+              "held once; MINV_RING_SLOT_OF orders the flush). Mimic robots: the recursion on the relaxed "
+              "tree, then the Schur complement of the constraints (grid_core.emit.dense: Cholesky of K). "
+              "The measured figures (against upstream GRiD, the crossovers, the ring, ncu) are in "
+              "benchmarks/results",
     )
     emitter = MinvEmitter
 
@@ -776,24 +726,20 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
         return minv(ctx.robot, q)
 
     def arenas(self, robot: Robot, options=None):
-        cols = Columns(robot)
-        nr = cols.n
+        f = Columns(robot).fields
         out = [
-            ArenaRegion("F", 6 * nr, "articulated bias forces of the unit joint forces: one 6-vector per "
+            ArenaRegion("F", f["F"].size, "articulated bias forces of the unit joint forces: one 6-vector per "
                         "relaxed column, carried up the tree in place"),
-            ArenaRegion("P", cols.p_size, "accelerations of the forward pass: bodies with children, the "
+            ArenaRegion("P", f["P"].size, "accelerations of the forward pass: bodies with children, the "
                         "columns their children read"),
-            ArenaRegion("IA", 21 * len(cols.ia_slot), "articulated inertia each non-root body passes to its "
+            ArenaRegion("IA", f["IA"].size, "articulated inertia each non-root body passes to its "
                         "parent, X^T (IA - U Dinv U^T) X (21 scalars)"),
-            ArenaRegion.group("UD", [("U", cols.u_size), ("Dinv", cols.d_size)],
-                              "U = IA S and Dinv = (S^T U)^-1 of each body with children"),
+            region("UD", [f["U"], f["Dinv"]], "U = IA S and Dinv = (S^T U)^-1 of each body with children"),
         ]
-        if cols.mimic:
-            m = cols.m
+        if "Mr" in f:
             out += [
-                ArenaRegion("Mr", nr * nr, "inverse inertia of the relaxed tree (mimic joints free)"),
-                ArenaRegion.group("schur", [("KL", m * (m + 1) // 2 + m), ("Z", m * robot.nv)],
-                                  "mimic correction: Cholesky factor of K = C Mr C^T, Z = K^-1 Y^T"),
+                ArenaRegion("Mr", f["Mr"].size, "inverse inertia of the relaxed tree (mimic joints free)"),
+                region("schur", [f["KL"], f["Z"]], "mimic correction: Cholesky factor of K = C Mr C^T, Z = K^-1 Y^T"),
             ]
         return tuple(out)
 

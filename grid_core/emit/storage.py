@@ -1,7 +1,8 @@
 """Typed storage: the arrays an algorithm's steps read and write, declared once.
 
 A :class:`Field` is one array of an arena region: entries keyed by what they belong to (a body,
-a (body, column) pair, ...), each ``width`` scalars, laid out in key order.  An algorithm
+a (body, column) pair, ...), each ``width`` scalars (or ``width(key)``: entries of a joint's
+width), laid out in key order.  An algorithm
 declares its fields; :func:`region` makes the arena region of them (so the arena plan sizes
 what the steps address), and the layer generator binds them where they live
 (:meth:`~grid_core.emit.layers.Layers.arrays`): the region's part in shared or global memory in
@@ -17,7 +18,7 @@ that are known at generation time (robot constants, exact zeros) instead of stor
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import attrs
 
@@ -29,29 +30,37 @@ from .expr import Scalar, Scope, is_const
 
 @attrs.frozen(slots=False)
 class Field:
-    """One array: ``width`` scalars for each of ``keys``, in key order."""
+    """One array: ``width`` scalars for each of ``keys`` (a callable: ``width(key)`` for each), in
+    key order."""
 
     name: str
     keys: tuple = attrs.field(converter=tuple)
-    width: int = 6
+    width: int | Callable = 6
     doc: str = ""
 
+    def width_of(self, key) -> int:
+        return self.width(key) if callable(self.width) else self.width
+
     @functools.cached_property
-    def _offsets(self) -> dict:
-        return {key: k * self.width for k, key in enumerate(self.keys)}
+    def _layout(self) -> tuple[dict, int]:
+        offsets, off = {}, 0
+        for key in self.keys:
+            offsets[key] = off
+            off += self.width_of(key)
+        return offsets, off
 
     @property
     def size(self) -> int:
-        return len(self.keys) * self.width
+        return self._layout[1]
 
     def offset(self, key) -> int:
         try:
-            return self._offsets[key]
+            return self._layout[0][key]
         except KeyError:
             raise CodegenError(f"array '{self.name}' holds no entry {key!r}") from None
 
     def holds(self, key) -> bool:
-        return key in self._offsets
+        return key in self._layout[0]
 
 
 def region(name: str, fields: Sequence[Field], doc: str = "") -> ArenaRegion:
@@ -70,9 +79,14 @@ class Array:
     def name(self) -> str:
         return self.field.name
 
-    def __call__(self, key, k: int = 0) -> str:
-        """The C++ expression of scalar ``k`` of entry ``key``."""
-        return f"{self.base}[{self.field.offset(key) + k}]"
+    def __call__(self, key, k: int | str = 0, first: int = 0) -> str:
+        """The C++ expression of scalar ``k - first`` of entry ``key`` (``first``: the index of the
+        entry's scalar 0, for entries that cover a range such as columns ``first..``); ``k`` may be
+        a C++ int expression."""
+        off = self.field.offset(key) - first
+        if isinstance(k, int):
+            return f"{self.base}[{off + k}]"
+        return f"{self.base}[{k if off == 0 else f'{k} + {off}' if off > 0 else f'{k} - {-off}'}]"
 
     def put(self, scope: Scope, key, values: Sequence[Scalar]) -> None:
         """Store entry ``key``: its constant scalars only recorded (folded where read)."""
@@ -87,7 +101,7 @@ class Array:
         """Entry ``key`` (scalar ``k``, or the whole entry): recorded constants folded, a key the
         field does not hold an exact zero."""
         if k is None:
-            return [self.get(key, j) for j in range(self.field.width)]
+            return [self.get(key, j) for j in range(self.field.width_of(key))]
         if (key, k) in self.known:
             return self.known[(key, k)]
         return self(key, k) if self.field.holds(key) else 0.0

@@ -22,6 +22,23 @@ def test_field_offsets_and_region():
     assert r.parts == (("U", 9), ("D", 2)) and r.elements == 12 + 4  # each part padded to 4
 
 
+def test_field_of_per_key_widths():
+    w = {0: 1, 3: 6, 4: 2}
+    f = Field("u", [0, 3, 4], w.__getitem__)
+    assert [f.offset(k) for k in f.keys] == [0, 1, 7] and f.size == 9 and f.width_of(3) == 6
+    arr = Array(f, "u")
+    arr.put(Scope("t"), 4, [0.5, 2.0])
+    assert arr.get(4) == [0.5, 2.0] and arr.get(3)[5] == "u[6]"
+    assert Array(Field("u", [0, 3], lambda key: 2), "u").get(7) == [0.0, 0.0]  # not held: its width of zeros
+
+
+def test_array_index_by_expression_and_first():
+    P = Array(Field("P", [(1, k) for k in range(6)], 4), "s_P")
+    assert P((1, 2), 5, first=3) == "s_P[10]"
+    assert P((1, 2), "j", first=3) == "s_P[j + 5]"
+    assert P((1, 0), "j", first=3) == "s_P[j - 3]" and P((1, 0), "j") == "s_P[j]"
+
+
 def test_array_folds_known_entries_and_zero_keys():
     arr = Array(Field("v", [0, 2], 3), "s_v")
     scope = Scope("t")

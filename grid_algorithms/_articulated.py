@@ -1,0 +1,47 @@
+"""The articulate step of the ABA-type recursions (a helper of :mod:`~grid_algorithms.aba` and
+:mod:`~grid_algorithms.minv`): what a joint does with the articulated inertia ``IA`` of its body
+once its subtree is complete (Featherstone, RBDA Table 7.1, pass 2).
+
+``U = IA S`` and ``D^-1 = (S^T U)^-1`` (a revolute joint's ``U`` is one column of ``IA``, its ``D``
+one entry and ``D^-1`` one reciprocal; a free-flyer's ``D`` a 6x6 SPD, inverted by Cholesky), then
+what the joint passes on to its parent, ``X^T (IA - U D^-1 U^T) X``.  Every robot constant folds:
+a leaf's ``IA`` is its body's inertia, so its ``U`` and ``D^-1`` come out as constants.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from grid_core.emit import dense
+from grid_core.emit import spatial_steps as ss
+from grid_core.emit.expr import Scope, dot
+from grid_core.model import Body
+
+
+@attrs.frozen
+class Articulated:
+    """A joint's ``U = IA S`` (``w`` columns) and ``Dinv = (S^T U)^-1`` (``w x w``, symmetric)."""
+
+    S: list
+    IA: list
+    U: list
+    Dinv: list
+
+    def reduced(self, scope: Scope) -> list:
+        """``Ia = IA - U Dinv U^T`` (21 scalars).  ``Ia S = 0`` exactly: an axis-aligned joint's
+        row and column of ``Ia`` fold to zero."""
+        return scope.let_all(ss.sym6_sub_outer(self.IA, self.U, self.Dinv, scope, self.S), "Ia")
+
+    @staticmethod
+    def to_parent(scope: Scope, X: ss.Transform, Ia: list) -> list:
+        """``X^T Ia X`` (``Ia``: the :meth:`reduced` inertia): what the joint adds to its parent's
+        articulated inertia."""
+        return ss.sym6_to_parent(X, Ia, scope)
+
+
+def articulate(scope: Scope, body: Body, IA: list) -> Articulated:
+    """``U`` and ``Dinv`` of ``body``'s joint, from its articulated inertia ``IA`` (21 scalars)."""
+    S = ss.subspace_columns(body)
+    U = [scope.let_all(ss.sym6_times(IA, s), "U") for s in S]
+    D = [[dot(S[r], U[c]) for c in range(len(S))] for r in range(len(S))]
+    return Articulated(S, IA, U, dense.spd_inverse(scope, D))
