@@ -1,4 +1,5 @@
-"""Mimic joints as linear constraints on the relaxed tree (a helper of the ABA-type references).
+"""Mimic joints as linear constraints on the relaxed tree (a helper of the ABA-type algorithms:
+their references, and the code that imposes the constraints on their emitted relaxed results).
 
 A recursion that divides by a joint's articulated inertia (ABA, Carpentier's
 Minv) needs every joint to own its coordinate.  Such a recursion runs on the
@@ -27,6 +28,10 @@ from __future__ import annotations
 import attrs
 import numpy as np
 
+from grid_core.emit import dense, sweeps
+from grid_core.emit import nodes as n
+from grid_core.emit.expr import Scope, sum_terms
+from grid_core.emit.storage import plus
 from grid_core.model import Robot
 from grid_core.model.joints import joint_nv
 
@@ -78,3 +83,109 @@ def relaxation(robot: Robot) -> Relaxation:
     C = np.array(rows).reshape(len(rows), nv)
     end = tuple(index[s[-1]] + width[s[-1]] for s in robot.topology.subtree)
     return Relaxation(tuple(index), tuple(width), end, nv, own, C)
+
+
+# -- emitted code: the constraints imposed on a relaxed recursion's results ---------------------
+#
+# The same algebra on scalars (grid_core.emit.expr).  Constraint row k of C is ``(x, y, mult)``:
+# +1 at index x (the mimic joint), -mult at y (the mimicked one), in the indexing of the caller's
+# arrays (bodies for ABA, relaxed coordinates for Minv).
+
+
+def apply_row(row: tuple, f):
+    """Constraint row ``(x, y, mult)`` applied to ``f`` (index -> expression): ``f(x) - mult f(y)``."""
+    x, y, mult = row
+    return sum_terms([(f(x),), (-mult, f(y))])
+
+
+def constraint_gram(rows: list, Y) -> list:
+    """``K = C Y`` for ``Y(x, l)`` (column ``l``: the relaxed response to constraint ``l``'s unit
+    force), its lower triangle: what :func:`~grid_core.emit.dense.cholesky` reads."""
+    m = len(rows)
+    return [[apply_row(rows[k], lambda x, l=l: Y(x, l)) if l <= k else 0.0 for l in range(m)] for k in range(m)]
+
+
+def constraint_forces(scope: Scope, rows: list, A) -> list:
+    """``z = K^-1 C a_r`` with ``K = C Y`` (forward dynamics), on ``A(x, l)``: column 0 the relaxed
+    accelerations ``a_r``, column ``l >= 1`` those of constraint ``l``'s unit force (Y's columns)."""
+    CA = [[apply_row(row, lambda x: A(x, 0))] for row in rows]
+    return [row[0] for row in dense.spd_solve(scope, constraint_gram(rows, lambda x, l: A(x, l + 1)), CA)]
+
+
+class Schur:
+    """``M^-1 = L (M_r^-1 - Y K^-1 Y^T) L^T`` with ``Y = M_r^-1 C^T``, ``K = C Y``, emitted on
+    ``mr(r, c)`` (the relaxed inverse's entry, any row and column: both triangles final).  ``rows``:
+    C's rows in relaxed coordinates; ``own(a)``: the relaxed coordinate of own coordinate ``a``
+    (an int, or a C++ int expression); ``nv``: the robot's."""
+
+    def __init__(self, rows: list, own, nv: int, mr):
+        self.rows, self.own, self.nv, self.mr = rows, own, nv, mr
+
+    def Y(self, r, k):
+        """``Y[r, k]``: row ``r`` of ``M_r^-1`` (an int or a C++ expression) times C's row ``k``."""
+        return apply_row(self.rows[k], lambda c: self.mr(r, c))
+
+    def entry(self, ra, rb, y, z):
+        """``M^-1[a, b] = M_r^-1[ra, rb] - sum_k Y[ra, k] Z[k, b]`` (``ra``, ``rb``: the relaxed
+        coordinates of ``a`` and ``b``; ``y``, ``z``: row ``ra`` of Y, column ``b`` of Z = K^-1 Y^T)."""
+        return sum_terms([(self.mr(ra, rb),), *[(-1.0, yk, zk) for yk, zk in zip(y, z)]])
+
+    def straight_line(self, scope: Scope, out: str) -> None:
+        """One thread's code: ``out`` (row-major ``nv x nv``) written whole."""
+        nv, m = self.nv, len(self.rows)
+        scope.comment(f"mimic joints: Minv = L (Mr - Y K^-1 Y^T) L^T, K = C Mr C^T ({m} x {m})")
+        chol = dense.cholesky(scope, constraint_gram(self.rows, self.Y))
+        B = [[scope.let(self.Y(self.own(a), k), "y") for a in range(nv)] for k in range(m)]
+        Z = dense.cho_solve(scope, chol, B)
+        for a in range(nv):
+            for b in range(a, nv):
+                x = scope.let(self.entry(self.own(a), self.own(b), [B[k][a] for k in range(m)],
+                                         [Z[k][b] for k in range(m)]), "Minv")
+                scope.assign(f"{out}[{a * nv + b}]", x)
+                if b != a:
+                    scope.assign(f"{out}[{b * nv + a}]", x)
+
+    def block(self, KL, Z, out: str) -> list:
+        """A block's code (:mod:`~grid_core.emit.sweeps` runs, a barrier before each phase): K
+        factored by one thread into ``KL`` (keys: L's rows, then ``"inv"``, the reciprocals of its
+        diagonal), ``Z = K^-1 Y^T`` one own column per thread, the entries of ``out`` one per thread."""
+        nv, m, own = self.nv, len(self.rows), self.own
+
+        def factor(scope, _k):
+            chol = dense.cholesky(scope, constraint_gram(self.rows, self.Y))
+            for i in range(m):
+                scope.assign(KL("inv", i), chol.inv_diag[i])
+                for j in range(i + 1):
+                    scope.assign(KL(i, j), chol.L[i][j])
+
+        def solve(scope, a):
+            scope.stmt(f"const int ra = {own(a)}")
+            chol = dense.Cholesky([[KL(i, j) if j <= i else 0.0 for j in range(m)] for i in range(m)],
+                                  [KL("inv", i) for i in range(m)])
+            z = dense.cho_solve(scope, chol, [[scope.let(self.Y("ra", k), "y")] for k in range(m)])
+            for k in range(m):
+                scope.assign(Z(k, a), z[k][0])
+
+        def row(a):
+            ra = own(a)
+
+            def step(scope, k):
+                scope.stmt(f"const int b = {plus(k, a)}")
+                scope.stmt(f"const int rb = {own('b')}")
+                x = scope.let(self.entry(ra, "rb", [self.Y(ra, k2) for k2 in range(m)],
+                                         [Z(k2, "b") for k2 in range(m)]), "Minv")
+                scope.assign(f"{out}[{plus('b', a * nv)}]", x)
+                scope.extend([n.If(f"b != {a}", [n.Stmt(f"{out}[b * {nv} + {a}] = {x}")])])
+            return sweeps.Run(nv - a, step, comment=f"row {a} (relaxed {ra}), b >= {a}")
+
+        return [
+            n.Sync(),
+            n.Comment(f"mimic joints: K = C Mr C^T ({m} x {m}) factored by one thread"),
+            *sweeps.fan_out_runs([sweeps.Run(1, factor, per_warp=True)]),
+            n.Sync(),
+            n.Comment("Z = K^-1 Y^T, one own column per thread"),
+            *sweeps.fan_out_runs([sweeps.Run(nv, solve)]),
+            n.Sync(),
+            n.Comment("Minv = Mr - Y Z on the own coordinates, the upper triangle one entry per thread, mirrored"),
+            *sweeps.fan_out_runs([row(a) for a in range(nv)]),
+        ]

@@ -32,7 +32,7 @@ from grid_core.model.spatial import crf, crm, gravity_accel
 from grid_core.review import ParallelismReview, done, todo
 
 from ._articulated import articulate
-from ._mimic import relaxation
+from ._mimic import constraint_forces, relaxation
 
 
 def aba(robot: Robot, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY) -> np.ndarray:
@@ -318,13 +318,9 @@ class AbaSteps:
     def constraint_forces(self, scope: Scope) -> list:
         """``z = K^-1 C a_r`` with ``K = C Y`` (Y: the constraint columns' relaxed accelerations)."""
         rows = [(b.index, b.mimic.body, b.mimic.multiplier) for b in self.sp.mimics]
-        m = len(rows)
-        what = "the mimic constraint" if m == 1 else f"the {m} mimic constraints"
+        what = "the mimic constraint" if len(rows) == 1 else f"the {len(rows)} mimic constraints"
         scope.comment(f"{what}: z = K^-1 C a_r, K = C Y (Cholesky)")
-        CA = [[sum_terms([(self._qr(x, 0),), (-mult, self._qr(y, 0))])] for x, y, mult in rows]
-        K = [[sum_terms([(self._qr(x, l + 1),), (-mult, self._qr(y, l + 1))]) for l in range(m)]
-             for x, y, mult in rows]
-        return [row[0] for row in dense.spd_solve(scope, K, CA)]
+        return constraint_forces(scope, rows, self._qr)
 
     def dof_owners(self) -> list[tuple[int, int]]:
         """``(body, r)`` of each velocity index: the body whose ``r``-th coordinate it is."""

@@ -26,14 +26,14 @@ from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, dot, sum_terms
-from grid_core.emit.storage import Array, Field, region
+from grid_core.emit.storage import Array, Field, plus, region
 from grid_core.errors import CodegenError
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, joint_transform, motion_subspace
 from grid_core.review import ParallelismReview, done
 
 from ._articulated import Articulated, articulate
-from ._mimic import relaxation
+from ._mimic import Schur, relaxation
 
 
 def minv_relaxed(robot: Robot, q, rel) -> np.ndarray:
@@ -163,13 +163,6 @@ class Columns:
         return i0, i0 + self.rel.width[b], self.rel.end[b], self.tree_end[b]
 
 
-def _lin(const: int, var) -> str:
-    """``const + var`` as C++ (``var`` a C++ int expression)."""
-    if const == 0:
-        return str(var)
-    return f"{var} + {const}" if const > 0 else f"{var} - {-const}"
-
-
 class MinvSteps:
     """The recursion's steps on scalars, every robot constant folded (``xi``: the XI array)."""
 
@@ -216,31 +209,6 @@ class MinvSteps:
         return minv, P
 
 
-class _Schur:
-    """The mimic correction's math, for both layouts: ``Minv = L (Mr - Y K^-1 Y^T) L^T`` with
-    ``Y = Mr C^T`` and ``K = C Y`` (``m x m``), on ``mr(r, c)``: the relaxed inverse's entry
-    (any row and column: both triangles)."""
-
-    def __init__(self, cols: Columns, mr):
-        self.cols, self.mr = cols, mr
-
-    def Y(self, r, k):
-        """``Y[r, k] = Mr[r, ib] - mult Mr[r, im]`` (``r`` an int or a C++ expression)."""
-        ib, im, mult = self.cols.mimics[k]
-        return sum_terms([(self.mr(r, ib),), (-mult, self.mr(r, im))])
-
-    def K(self) -> list:
-        """``K = C Y``'s lower triangle (what the Cholesky factorisation reads)."""
-        mimics, m = self.cols.mimics, self.cols.m
-        return [[sum_terms([(self.Y(mimics[k][0], l),), (-mimics[k][2], self.Y(mimics[k][1], l))])
-                 if l <= k else 0.0 for l in range(m)] for k in range(m)]
-
-    def entry(self, ra, rb, y, z):
-        """``Minv[a, b] = Mr[ra, rb] - sum_k Y[ra, k] Z[k, b]`` (``ra``, ``rb``: the relaxed
-        coordinates of ``a`` and ``b``; ``y``, ``z``: row ``ra`` of Y and column ``b`` of Z)."""
-        return sum_terms([(self.mr(ra, rb),), *[(-1.0, yk, zk) for yk, zk in zip(y, z)]])
-
-
 def _groups(robot: Robot, form: str) -> tuple[list[list[int]], list[list[int]]]:
     """The backward groups (leaves first) and the forward groups (roots excluded: the backward
     pass finishes them), by levels (P1) or one body at a time."""
@@ -274,7 +242,7 @@ class _Block:
         """``Mr[r, c]`` (relaxed, row-major); ``r`` or ``c`` may be a C++ expression."""
         if isinstance(r, int):
             return self.mr(r, c)
-        return f"{self.mr.base}[{_lin(c, f'{r} * {self.cols.n}')}]"
+        return f"{self.mr.base}[{plus(f'{r} * {self.cols.n}', c)}]"
 
     def F(self, j) -> list[str]:
         return [self.arr["F"](k, j) for k in range(6)]
@@ -373,7 +341,7 @@ class _Block:
                            comment=f"body {b} ({body.joint.name}), its column {i0 + a}") for a in range(w)]
         if end > d0:
             def descendants(scope, k):
-                scope.stmt(f"const int j = {_lin(d0, k)}")
+                scope.stmt(f"const int j = {plus(k, d0)}")
                 column(scope, "j", None)
 
             runs.append(sweeps.Run(end - d0, descendants,
@@ -399,7 +367,7 @@ class _Block:
 
         def ranged(first, within):
             def step(scope, k):
-                scope.stmt(f"const int j = {_lin(first, k)}")
+                scope.stmt(f"const int j = {plus(k, first)}")
                 column(scope, "j", within)
             return step
 
@@ -418,7 +386,7 @@ class _Block:
             for r in range(i0, d0):
                 if self.cols.n > tend:
                     def zeros(scope, k, r=r, tend=tend):
-                        scope.stmt(f"const int j = {_lin(tend, k)}")
+                        scope.stmt(f"const int j = {plus(k, tend)}")
                         self.write(scope, r, "j", 0.0, mirror=True)
                     runs.append(sweeps.Run(self.cols.n - tend, zeros, comment=f"row {r}: zeros beyond its tree"))
         return runs
@@ -438,53 +406,10 @@ class _Block:
         fwd = [[r for b in g for r in self.forward_runs(b)] for g in fwd_groups]
         return back, fwd
 
-    # -- mimic joints ------------------------------------------------------------------
-
     def correction(self) -> list:
-        """``Minv = L (Mr - Y K^-1 Y^T) L^T`` (:class:`_Schur`): K factored by one thread,
-        ``Z = K^-1 Y^T`` one own column per thread, the entries one per thread."""
-        cols, nv, m = self.cols, self.robot.nv, self.cols.m
-        schur = _Schur(cols, self.entry)  # both triangles of Mr are final here
-        KL, Z = self.arr["KL"], self.arr["Z"]
-
-        def factor(scope, _k):
-            chol = dense.cholesky(scope, schur.K())
-            for i in range(m):
-                scope.assign(KL("inv", i), chol.inv_diag[i])
-                for j in range(i + 1):
-                    scope.assign(KL(i, j), chol.L[i][j])
-
-        def solve(scope, a):
-            scope.stmt(f"const int ra = {cols.own(a)}")
-            chol = dense.Cholesky([[KL(i, j) if j <= i else 0.0 for j in range(m)] for i in range(m)],
-                                  [KL("inv", i) for i in range(m)])
-            z = dense.cho_solve(scope, chol, [[scope.let(schur.Y("ra", k), "y")] for k in range(m)])
-            for k in range(m):
-                scope.assign(Z(k, a), z[k][0])
-
-        def row(a):
-            ra = cols.own(a)
-
-            def step(scope, k):
-                scope.stmt(f"const int b = {_lin(a, k)}")
-                scope.stmt(f"const int rb = {cols.own('b')}")
-                y, z = [schur.Y(ra, k2) for k2 in range(m)], [Z(k2, "b") for k2 in range(m)]
-                x = scope.let(schur.entry(ra, "rb", y, z), "Minv")
-                scope.assign(f"s_Minv[{_lin(a * nv, 'b')}]", x)
-                scope.extend([n.If(f"b != {a}", [n.Stmt(f"s_Minv[b * {nv} + {a}] = {x}")])])
-            return sweeps.Run(nv - a, step, comment=f"row {a} (relaxed {ra}), b >= {a}")
-
-        return [
-            n.Sync(),
-            n.Comment(f"mimic joints: K = C Mr C^T ({m} x {m}) factored by one thread"),
-            *sweeps.fan_out_runs([sweeps.Run(1, factor, per_warp=True)]),
-            n.Sync(),
-            n.Comment("Z = K^-1 Y^T, one own column per thread"),
-            *sweeps.fan_out_runs([sweeps.Run(nv, solve)]),
-            n.Sync(),
-            n.Comment("Minv = Mr - Y Z on the own coordinates, the upper triangle one entry per thread, mirrored"),
-            *sweeps.fan_out_runs([row(a) for a in range(nv)]),
-        ]
+        """The mimic correction (:class:`~grid_algorithms._mimic.Schur`) on Mr, final here."""
+        schur = Schur(self.cols.mimics, self.cols.own, self.robot.nv, self.entry)
+        return schur.block(self.arr["KL"], self.arr["Z"], "s_Minv")
 
 
 @attrs.frozen
@@ -627,25 +552,9 @@ class MinvEmitter(Emitter):
                         scope.assign(f"Minv[{r * nv + c}]", 0.0)
                         scope.assign(f"Minv[{c * nv + r}]", 0.0)
         else:
-            self._state_correction(scope, cols, final)
+            mr = lambda r, c: final.get((min(r, c), max(r, c)), 0.0)  # noqa: E731 (the upper triangle, mirrored)
+            Schur(cols.mimics, cols.own, nv, mr).straight_line(scope, "Minv")
         return [n.Stmt("T XI[XI_SIZE]", comment="registers: every index is a constant"), *scope.body()]
-
-    @staticmethod
-    def _state_correction(scope: Scope, cols: Columns, final: dict) -> None:
-        """The mimic correction (:class:`_Schur`) as straight-line code on the relaxed entries."""
-        nv, m = cols.robot.nv, cols.m
-        schur = _Schur(cols, lambda r, c: final.get((min(r, c), max(r, c)), 0.0))
-        scope.comment(f"mimic joints: Minv = L (Mr - Y K^-1 Y^T) L^T, K = C Mr C^T ({m} x {m})")
-        chol = dense.cholesky(scope, schur.K())
-        B = [[scope.let(schur.Y(cols.own(a), k), "y") for a in range(nv)] for k in range(m)]
-        Z = dense.cho_solve(scope, chol, B)
-        for a in range(nv):
-            for b in range(a, nv):
-                x = scope.let(schur.entry(cols.own(a), cols.own(b), [B[k][a] for k in range(m)],
-                                          [Z[k][b] for k in range(m)]), "Minv")
-                scope.assign(f"Minv[{a * nv + b}]", x)
-                if b != a:
-                    scope.assign(f"Minv[{b * nv + a}]", x)
 
 
 class Minv(Algorithm):

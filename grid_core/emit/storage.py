@@ -84,9 +84,7 @@ class Array:
         entry's scalar 0, for entries that cover a range such as columns ``first..``); ``k`` may be
         a C++ int expression."""
         off = self.field.offset(key) - first
-        if isinstance(k, int):
-            return f"{self.base}[{off + k}]"
-        return f"{self.base}[{k if off == 0 else f'{k} + {off}' if off > 0 else f'{k} - {-off}'}]"
+        return f"{self.base}[{off + k if isinstance(k, int) else plus(k, off)}]"
 
     def put(self, scope: Scope, key, values: Sequence[Scalar]) -> None:
         """Store entry ``key``: its constant scalars only recorded (folded where read)."""
@@ -107,10 +105,17 @@ class Array:
         return self(key, k) if self.field.holds(key) else 0.0
 
 
+def plus(var: str, const: int) -> str:
+    """``var + const`` as C++ (``var`` a C++ int expression; ``const`` 0: ``var`` alone)."""
+    if const == 0:
+        return str(var)
+    return f"{var} + {const}" if const > 0 else f"{var} - {-const}"
+
+
 def local_declaration(arrays: Iterable[Array], extra: Sequence[str] = (), comment: str = "") -> n.Stmt:
     """``T a[size], b[size]...`` of a per-state function's local arrays (``extra`` first)."""
     decls = [*extra, *(f"{a.base}[{a.field.size}]" for a in arrays if a.field.size)]
     return n.Stmt(f"T {', '.join(decls)}", comment=comment)
 
 
-__all__ = ["Array", "Field", "local_declaration", "region"]
+__all__ = ["Array", "Field", "local_declaration", "plus", "region"]
