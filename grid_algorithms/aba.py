@@ -173,7 +173,7 @@ class AbaSteps:
         self.robot, self.arr = robot, arr
         self.sp = _Sparsity(robot)
         self.fext_guard, self.constexpr = fext_guard, constexpr
-        self.a0 = ["a0x", "a0y", "a0z"]
+        self.a0 = ss.A0
         self.started: set = set()
         """Accumulators (IA, a constraint column's pA) already assigned once."""
 
@@ -338,8 +338,6 @@ class AbaSteps:
         scope.assign(self.arr["qdd"](dof), sum_terms(terms))
 
 
-_GRAVITY = [n.Stmt("const T a0x = -gravity.x"), n.Stmt("const T a0y = -gravity.y"),
-            n.Stmt("const T a0z = -gravity.z")]
 
 
 class AbaEmitter(Emitter):
@@ -369,7 +367,7 @@ class AbaEmitter(Emitter):
         form = sweeps.form_of(layers.ctx)
         roots = [(b.index,) for b in robot.bodies if b.parent < 0]
         out = [
-            *_GRAVITY,
+            *ss.gravity_statements(),
             n.Comment("pass 1, root to leaves: v, c and the bias forces pA (P1 by levels: the bodies of a level\n"
                       "in parallel, on different warps, whose code differs: in one warp it would serialise)"),
             *sweeps.forward(robot, steps.pass1, form),
@@ -417,7 +415,7 @@ class AbaEmitter(Emitter):
             z = steps.constraint_forces(scope)
             for dof in range(robot.nv):
                 steps.constrained_qdd(scope, dof, z)
-        return [*_GRAVITY, local_declaration([arr[f.name] for f in fields(robot)], ["XI[XI_SIZE]"],
+        return [*ss.gravity_statements(), local_declaration([arr[f.name] for f in fields(robot)], ["XI[XI_SIZE]"],
                                              "registers: every index is a constant"), *scope.body()]
 
 
