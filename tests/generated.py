@@ -29,6 +29,12 @@ NVCC_SAMPLE = ["iiwa14", "erd:panda", "erd:double_pendulum_continuous", "erd:sol
 algorithms at every tier, both precisions and both rungs takes minutes per humanoid; the GPU
 check builds those)."""
 NVCC_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else NVCC_SAMPLE
+NVCC_GRADIENT_SAMPLE = ["iiwa14", "erd:double_pendulum_continuous"]
+"""CI's nvcc check of the gradients (every tier, both precisions, both rungs): nvcc -O3 of the
+forward-dynamics gradient, which inlines forward dynamics, minv and the inverse-dynamics
+gradient into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here; every robot
+under GRID_FULL_SWEEP=1."""
+GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient")
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 
 
@@ -37,6 +43,12 @@ def emitted() -> list[str]:
     from grid_core import algorithms
 
     return sorted(name for name, alg in algorithms().items() if alg.has_emitter())
+
+
+def nvcc_algorithms(name: str) -> list[str]:
+    """What the nvcc check compiles for robot ``name``: every emitted algorithm, the gradients on
+    NVCC_GRADIENT_SAMPLE (every robot of NVCC_ROBOTS under GRID_FULL_SWEEP=1)."""
+    return [a for a in emitted() if a not in GRADIENTS or FULL_SWEEP or name in NVCC_GRADIENT_SAMPLE]
 
 
 @functools.cache

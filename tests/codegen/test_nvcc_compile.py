@@ -14,7 +14,7 @@ from conftest import load
 from grid_core.composer import Composer, GenerateOptions, generate
 from grid_core.resources import describe_kernel, parse_ptxas
 from grid_core.runtime.cuda import find_nvcc
-from tests.generated import NVCC_ROBOTS, emitted
+from tests.generated import NVCC_ROBOTS, nvcc_algorithms
 
 DRIVER = """
 #include "rung0.cuh"
@@ -27,12 +27,12 @@ template void instantiate<double>();
 """
 
 
-def calls(robot, ns: str) -> tuple[list[str], dict[str, int]]:
+def calls(robot, ns: str, algorithms) -> tuple[list[str], dict[str, int]]:
     """C++ calls of every algorithm's launcher and host wrapper (each template flag both ways),
     and the number of per-state kernels each algorithm must then have."""
     out, per_state = [], {}
     composer = Composer(robot, GenerateOptions())
-    for name in emitted():
+    for name in algorithms:
         layers = composer.layers(name)
         nulls = ", ".join(["nullptr"] * (len(layers.launch.params) - 5))
         out.append(f"    {ns}::{name}_launch<T>({nulls}, 0, {ns}::LaunchConfig(), nullptr, 0, nullptr);")
@@ -51,10 +51,11 @@ def calls(robot, ns: str) -> tuple[list[str], dict[str, int]]:
 @pytest.mark.parametrize("name", NVCC_ROBOTS)
 def test_headers_compile_for_sm90_at_every_tier(name, tmp_path):
     robot = load(name)
-    (tmp_path / "rung0.cuh").write_text(generate(robot, emitted(), namespace="grid"))
-    (tmp_path / "spill.cuh").write_text(generate(robot, emitted(), namespace="grid_spill", target_shared_mem_bytes=0))
-    lines, per_state = calls(robot, "grid")
-    lines += calls(robot, "grid_spill")[0]
+    algorithms = nvcc_algorithms(name)
+    (tmp_path / "rung0.cuh").write_text(generate(robot, algorithms, namespace="grid"))
+    (tmp_path / "spill.cuh").write_text(generate(robot, algorithms, namespace="grid_spill", target_shared_mem_bytes=0))
+    lines, per_state = calls(robot, "grid", algorithms)
+    lines += calls(robot, "grid_spill", algorithms)[0]
     (tmp_path / "tu.cu").write_text(DRIVER.format(calls="\n".join(lines)))
     res = subprocess.run(
         [find_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v",
@@ -65,7 +66,7 @@ def test_headers_compile_for_sm90_at_every_tier(name, tmp_path):
     kernels = [describe_kernel(r["kernel"]) | {"demangled": r["kernel"]} for r in parse_ptxas(res.stdout + res.stderr)]
     for ns in ("grid", "grid_spill"):
         mine = [k for k in kernels if f" {ns}::" in f" {k['demangled']}"]
-        for alg in emitted():
+        for alg in algorithms:
             tiers = {(k["T"], k["tier"]) for k in mine if k.get("tier") and k["name"] == f"{alg}_kernel"}
             assert tiers == {(t, tier) for t in ("float", "double") for tier in ("SHARED", "LITE", "MINIMAL")}, \
                 (ns, alg)

@@ -21,10 +21,9 @@ from grid_core import Reference
 from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_q
 
-from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, NVCC_SAMPLE  # the code-generation robots
+from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, GRADIENTS, NVCC_SAMPLE  # the code-generation robots
 
 EMITTED = sorted(name for name, alg in grid_core.algorithms().items() if alg.has_emitter())
-GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient")
 GRADIENT_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else NVCC_SAMPLE
 """CI's sample for the gradients on the CPU (a fixed arm, a mimic arm, continuous joints, a floating
 quadruped: g++ -O3 of a humanoid's gradients takes minutes); every robot with GRID_FULL_SWEEP=1."""
