@@ -1,6 +1,6 @@
 """The gridData host layer (layer 3, upstream's host API) host-emulated against the Reference:
-every emitted algorithm with a host wrapper, on a batch small enough for mapped memory and on
-the first batch the wrapper moves through the copy engine instead
+every emitted algorithm with a host wrapper (each of its outputs), on a batch small enough for
+mapped memory and on the first batch the wrapper moves through the copy engine instead
 (:data:`grid_core.emit.layers.MAPPED_MAX_WORK`), float64 rel 1e-9.  The GPU side of the same
 comparison is bench check's (benchmarks/src/bench.cu, under compute-sanitizer)."""
 
@@ -34,11 +34,8 @@ def _wrapper(robot, algorithms: list[str]) -> tuple[str, dict]:
         if host is None:
             continue
         names = [p.name for p in L.states if p.name != "f_ext"]
-        (out,) = L.outputs
-        field = L.emitter.grid_data_names().get(out.name, out.name)
         targs = ", ".join(["double"] + ["true"] * (len(host.template) - 1))
         params = "".join(", grid::Gravity<double>()" for _ in L.params)
-        size = math.prod(out.shape)
         lines += [
             f'extern "C" int host_{alg}(int n, const double *q_qd, const double *u, double *out) {{',
             "    grid::robotModel<double> *model = grid::init_robotModel<double>();",
@@ -47,7 +44,7 @@ def _wrapper(robot, algorithms: list[str]) -> tuple[str, dict]:
             "    std::memcpy(hd->h_q_qd, q_qd, sizeof(double) * n * (grid::NUM_POS + grid::NUM_VEL));",
             "    std::memcpy(hd->h_u, u, sizeof(double) * n * grid::NUM_VEL);",
             f"    grid::{alg}<{targs}>(hd, model{params}, n, dim3(n), dim3(64), streams);",
-            f"    std::memcpy(out, hd->h_{field}, sizeof(double) * n * {size});",
+            *copies_out(L),
             "    grid::close_grid<double>(hd);",
             "    grid::close_grid_streams(streams);",
             "    grid::close_robotModel<double>(model);",
@@ -55,8 +52,18 @@ def _wrapper(robot, algorithms: list[str]) -> tuple[str, dict]:
             "}",
             "",
         ]
-        info[alg] = (names, out.shape, L.first_copied_batch())
+        info[alg] = (names, [p.shape for p in L.outputs], L.first_copied_batch())
     return "\n".join(lines), info
+
+
+def copies_out(L) -> list[str]:
+    """The results of the gridData fields into ``out``: each output's n states after the last's."""
+    lines, off = [], 0
+    for p in L.outputs:
+        field, size = L.emitter.grid_data_names().get(p.name, p.name), math.prod(p.shape)
+        lines.append(f"    std::memcpy(out + size_t(n) * {off}, hd->h_{field}, sizeof(double) * n * {size});")
+        off += size
+    return lines
 
 
 @pytest.fixture(scope="module", params=ROBOTS)
@@ -71,22 +78,27 @@ def host_layer(request):
 
 def test_every_host_wrapper_equals_the_reference_mapped_and_copied(host_layer, rng):
     robot, lib, info = host_layer
-    assert {"inverse_dynamics", "crba", "minv", "aba", "forward_dynamics"} <= set(info)
+    assert {"inverse_dynamics", "crba", "minv", "aba", "forward_dynamics", "inverse_dynamics_gradient",
+            "forward_dynamics_gradient"} <= set(info)
     ref = Reference(robot)
-    for alg, (names, shape, copied) in info.items():
+    for alg, (names, shapes, copied) in info.items():
         for n in (3, copied):
             q, qd, qdd = random_state(robot, rng, n)
             third = names[2] if len(names) > 2 else None  # qdd or tau (h_u), else none read
             u = qdd if third == "qdd" else rng.normal(size=(n, robot.nv))
             q_qd = np.ascontiguousarray(np.concatenate([q, qd], axis=1))
-            out = np.full((n, *shape), np.nan)
+            flat = np.full(n * sum(math.prod(s) for s in shapes), np.nan)
             fn = getattr(lib, f"host_{alg}")
             fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-            fn(n, q_qd.ctypes.data, np.ascontiguousarray(u).ctypes.data, out.ctypes.data)
+            fn(n, q_qd.ctypes.data, np.ascontiguousarray(u).ctypes.data, flat.ctypes.data)
             # every state written; the Reference on the first and last few (a copied batch is thousands)
-            assert np.all(np.isfinite(out)), f"{robot.name} {alg} n={n}: states left unwritten"
+            assert np.all(np.isfinite(flat)), f"{robot.name} {alg} n={n}: states left unwritten"
+            bounds = np.cumsum([0, *(n * math.prod(s) for s in shapes)])
+            outs = [flat[a:b].reshape(n, *s) for a, b, s in zip(bounds[:-1], bounds[1:], shapes)]
             pick = np.r_[0:min(n, 8), max(n - 8, 0):n]
             inputs = {"q": q, "qd": qd, **({third: u} if third else {})}
             args = [inputs[x][pick] for x in names]
             what = f"{robot.name} {alg} host layer, {n} states ({'copy engine' if n >= copied else 'mapped'})"
-            assert_close(out[pick], getattr(ref, alg)(*args), 1e-9, what)
+            expected = getattr(ref, alg)(*args)
+            for out, exp in zip(outs, expected if len(outs) > 1 else (expected,)):
+                assert_close(out[pick], exp, 1e-9, what)
