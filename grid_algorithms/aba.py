@@ -20,7 +20,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import SpillRung
-from grid_core.emit import dense, sweeps
+from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter

@@ -29,7 +29,7 @@ from grid_core.emit.storage import Field, local_declaration, region
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, effective_subspace, joint_transform
 from grid_core.model.spatial import crf, crm, gravity_accel, icrf
-from grid_core.review import ParallelismReview, done, todo
+from grid_core.review import ParallelismReview, done
 
 
 

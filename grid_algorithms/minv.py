@@ -21,7 +21,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.arena import ALL_SCRATCH, ArenaRegion, SpillRung
-from grid_core.emit import dense, sweeps
+from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter

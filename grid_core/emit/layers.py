@@ -38,7 +38,7 @@ from ..errors import CodegenError
 from . import arena_emit
 from . import nodes as n
 from . import ring
-from .storage import Array, Field
+from .storage import Array
 from .signature import Call, Launch, Param, Signature, TemplateParam
 
 if TYPE_CHECKING:  # pragma: no cover
