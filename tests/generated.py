@@ -127,6 +127,26 @@ def assert_solves(x, expected, M, b, dtype, what: str, parts=()) -> None:
                                          f"(cond(M) {cond:.1e}: judged by the backward error)")
 
 
+def assert_solves_matrix(X, expected, M, B, dtype, what: str) -> None:
+    """``X`` (N, n, n) solves ``M X = B``, state by state: the forward error against ``expected``
+    held to TOL[dtype] where ``cond(M) eps(dtype) <= TOL[dtype]``, else (float32 on a humanoid) the
+    backward error, LAPACK's ratio ``||B - M X|| / (n eps (||M|| ||X|| + ||B||))`` (1-norms) below
+    30 (tests.generated.assert_solves, for a matrix right-hand side)."""
+    from grid_core.testing import rel_error
+
+    eps, tol = float(np.finfo(dtype).eps), TOL[dtype]
+    X = np.asarray(X, dtype=np.float64)
+    for s in range(len(X)):
+        cond = np.linalg.cond(M[s])
+        if cond * eps <= tol:
+            err = rel_error(X[s], expected[s])
+            assert err <= tol, f"{what} state {s}: relative error {err:.3e} exceeds {tol:.1e} (cond(M) {cond:.1e})"
+            continue
+        norm = lambda A: np.linalg.norm(A, 1)  # noqa: E731
+        ratio = norm(B[s] - M[s] @ X[s]) / (M.shape[-1] * eps * (norm(M[s]) * norm(X[s]) + norm(B[s])))
+        assert ratio < BACKWARD_THRESH, f"{what} state {s}: backward error ratio {ratio:.1f} (cond(M) {cond:.1e})"
+
+
 def launches(kind: str, name: str, spill: bool, dtype, algorithm: str) -> list:
     """``(label, method)`` of ``algorithm`` on one backend: the Reference's alone (``kind``
     ``"reference"``), else the generated code's on every layout and tier (the block layout at

@@ -18,26 +18,9 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.generated import BACKENDS, BACKWARD_THRESH, TOL, backend, launches, robot_cases
+from tests.generated import BACKENDS, assert_solves_matrix, backend, launches, robot_cases
 
 N = 3
-
-
-def assert_solves_matrix(X, expected, M, B, dtype, what: str) -> None:
-    """``X`` (N, n, n) solves ``M X = B``, state by state: the forward error against ``expected``
-    held to TOL[dtype] where ``cond(M) eps(dtype) <= TOL[dtype]``, else (float32 on a humanoid) the
-    backward error, LAPACK's ratio ``||B - M X|| / (n eps (||M|| ||X|| + ||B||))`` (1-norms) below
-    30 (tests.generated.assert_solves, for a matrix right-hand side)."""
-    eps, tol = float(np.finfo(dtype).eps), TOL[dtype]
-    X = np.asarray(X, dtype=np.float64)
-    for s in range(len(X)):
-        cond = np.linalg.cond(M[s])
-        if cond * eps <= tol:
-            assert_close(X[s], expected[s], tol, f"{what} state {s} (cond(M) {cond:.1e})")
-            continue
-        norm = lambda A: np.linalg.norm(A, 1)  # noqa: E731
-        ratio = norm(B[s] - M[s] @ X[s]) / (M.shape[-1] * eps * (norm(M[s]) * norm(X[s]) + norm(B[s])))
-        assert ratio < BACKWARD_THRESH, f"{what} state {s}: backward error ratio {ratio:.1f} (cond(M) {cond:.1e})"
 
 
 @pytest.mark.parametrize(("kind", "name", "spill"), robot_cases())
