@@ -172,15 +172,16 @@ class Layers:
                   for p in ins if p.kind == "state" and p.name not in emitter.global_inputs]
         scratch = [xi_region(robot)] if emitter.needs_ximats else []
         scratch += list(alg.arenas(robot, options))
-        seen = {r.name: r for r in fixed + scratch}
-        if len(seen) != len(fixed + scratch):
+        own = {r.name for r in fixed + scratch}
+        if len(own) != len(fixed + scratch):
             raise CodegenError(f"{alg.name}: an arena region is declared twice ({[r.name for r in fixed + scratch]})")
+        seen: dict = {}
         for name in emitter.composes if composed is None else composed:
             for r in compose(name).scratch_regions:
-                if r.name not in seen:
+                if r.name not in own and r.name not in seen:
                     seen[r.name] = r
                     scratch.append(r)
-                elif seen[r.name] != r or r.name in {x.name for x in fixed} or r in alg.arenas(robot, options):
+                elif r.name in own or seen[r.name] != r:
                     raise CodegenError(f"{alg.name}: arena region '{r.name}' declared twice (a composed inner's "
                                        "scratch shares its name with one of this algorithm's)")
                 # else: the same region of the same composed algorithm, reached through two callees
