@@ -11,12 +11,13 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.arena import ArenaRegion, SpillRung
+from grid_core.arena import SpillRung
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, clean, sum_terms
+from grid_core.emit.storage import Field, regions
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, effective_subspace, joint_transform
 from grid_core.review import ParallelismReview, done
@@ -131,12 +132,12 @@ def _entries(robot: Robot, body: Body) -> set[tuple[int, int]]:
         j = robot.bodies[j.parent]
 
 
-def writer(array: str, nv: int, seen: set):
-    """``write(scope, row, col, value)`` into ``array`` (row-major nv x nv): the first term of an
-    entry assigns it, later ones add; ``seen`` records the entries written."""
+def writer(M, nv: int, seen: set):
+    """``write(scope, row, col, value)`` into ``M`` (index -> expression, row-major nv x nv): the
+    first term of an entry assigns it, later ones add; ``seen`` records the entries written."""
 
     def write(scope, r, c, val):
-        target = f"{array}[{r * nv + c}]"
+        target = M(r * nv + c)
         scope.add_to(target, val) if (r, c) in seen else scope.assign(target, val)
         seen.add((r, c))
 
@@ -161,12 +162,15 @@ def column_items(robot: Robot) -> tuple[list[list[Body]], list[int], set]:
     return items, zero_rows, written
 
 
+def _fields(robot: Robot) -> tuple[Field]:
+    return (Field("IC", range(robot.num_bodies), 10, "composite inertia of every body (10 parameters)"),)
+
+
 class CrbaEmitter(Emitter):
     Options = sweeps.SweepOptions
     staged = True
-    # nv^2 outputs per state: scattered per-thread stores left M 15-30x over the memory floor on the
-    # H200; staged through shared memory (where a block of them fits 48 KB) they coalesce (iiwa14 at
-    # N = 1M: 857 -> 67 us)
+    # nv^2 outputs per state: scattered per-thread stores do not coalesce; staged through shared
+    # memory (where a block of them fits 48 KB) they do (benchmarks/results/experiments/README.md)
     stage_by_default = True
 
     def block_threads_hint(self, robot: Robot) -> int:
@@ -175,19 +179,23 @@ class CrbaEmitter(Emitter):
     def inner_doc(self, layers) -> str:
         return f"Composite-inertia sweep form: {sweeps.form_of(layers.ctx)}."
 
+    def fields(self, layers) -> tuple:
+        return _fields(layers.robot)
+
     def inner_body(self, layers) -> list:
         robot = layers.robot
         nv = robot.nv
-        steps = CrbaSteps(robot, {"xi": lambda i: f"s_XI[{i}]", "IC": lambda b, k: f"s_IC[{10 * b + k}]"})
+        io = layers.vectors()
+        steps = CrbaSteps(robot, {"xi": io["xi"], **layers.arrays(self.fields(layers))})
         items, zero_rows, written = column_items(robot)
 
         def column(scope, kind, what):
             if kind == "zero":
                 for c in range(nv):
                     if (what, c) not in written:
-                        scope.assign(f"s_M[{what * nv + c}]", 0.0)
+                        scope.assign(io["M"](what * nv + c), 0.0)
                 return
-            write = writer("s_M", nv, set())  # an item is the only writer of its entries
+            write = writer(io["M"], nv, set())  # an item is the only writer of its entries
             for b in what:
                 steps.walk(scope, b, steps.ic(b.index), write)
 
@@ -203,15 +211,16 @@ class CrbaEmitter(Emitter):
     def state_body(self, layers) -> list:
         robot = layers.robot
         nv = robot.nv
-        xi = lambda i: f"XI[{i}]"  # noqa: E731
+        io = layers.vectors(local=True)
+        xi = io["xi"]
         steps = CrbaSteps(robot, {"xi": xi})
         scope = Scope("t")
         acc = {b.index: ss.rbi_of(b.inertia) for b in robot.bodies}
         seen: set = set()
-        write = writer("M", nv, seen)
+        write = writer(io["M"], nv, seen)
 
         def visit(sc, b):
-            ss.xi_update(sc, robot, b, lambda i: f"q[{i}]", xi)
+            ss.xi_update(sc, robot, b, io["q"], xi)
 
         def complete(sc, c):
             # IC[c] is final once its subtree is: its columns of M, then its part of the parent's
@@ -226,7 +235,7 @@ class CrbaEmitter(Emitter):
         for r in range(nv):
             for c in range(nv):
                 if (r, c) not in seen:
-                    scope.assign(f"M[{r * nv + c}]", 0.0)
+                    scope.assign(io["M"](r * nv + c), 0.0)
         return [n.Stmt("T XI[XI_SIZE]", comment="registers: every index is a constant"), *scope.body()]
 
 
@@ -248,11 +257,9 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
     review = ParallelismReview(
         P1=done("block layout: the composite-inertia pass is a backward gather by levels, the parents "
                 "of a level in parallel (one warp each, one barrier per level), each summing its "
-                "children in a fixed order (no atomics); the per-body form (p1='bodies') stays for the A/B. "
-                "H200, float32, kernel µs, levels vs bodies at N=256: iiwa14 8.48 / 8.77, hyq 10.08 / "
-                "10.18, atlas 16.70 / 18.72, g1 19.26 / 20.29 (levels baked for all four); at N=1024 "
-                "bodies wins on atlas (31.9 vs 37.4) and g1 (35.9 vs 40.8): the tuning picks at N=256, "
-                "where the block layout is the one the launcher uses"),
+                "children in a fixed order (no atomics); the per-body form (p1='bodies') stays for the "
+                "A/B: the tuning picks per robot at the batch where the launcher uses the block layout "
+                "(crba.tuning.json)"),
         P2=done("the columns of M are independent once the composite inertias are: one warp per column "
                 "walk up the support (a body and its mimics share one), and one per row of structural "
                 "zeros, their entries disjoint by construction, so no barrier between them"),
@@ -263,30 +270,15 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
                 "separate branches are stored, never computed"),
         notes="two layouts: block-cooperative (the inline rung) and per-state (one thread per state, "
               "the composite inertias and column walks depth-first in registers); the launcher picks by "
-              "CRBA_PER_STATE_MIN_N; the per-state layout staged through shared memory from "
-              "CRBA_STAGE_MIN_N states (4096 on iiwa14 and hyq, measured), warp by warp (nv^2 outputs: "
-              "coalesced stores, a whole warp's shared indices from a per-lane offset table; hyq at 1M "
-              "states 170 us, 1.12x the memory floor; 909 instructions a warp at N=4096 against 2873 "
-              "with the block-staged kernel), plain below, its launch spread over every SM (H200 float32, "
-              "graph replay over the empty kernel's: iiwa14 <= 1.5 us for N <= 16384; hyq 1.2 at 1024, "
-              "1.6 at 4096, 3.0-3.4 at 16384, where the 9.4 MB of M alone take 2.2 us at 4.3 TB/s). "
-              "Robots too large to stage whole (32 states' M over 48 KB: atlas, g1) take the ring kernel "
-              "from CRBA_RING_MIN_N states (grid_core.emit.ring: each warp's outputs through a ring of "
-              "shared memory, flushed as runs of consecutive entries; a value stored to several entries "
-              "held once, the ring sized to the distinct values: atlas 149 in 160 slots, g1 312 in 320, one "
-              "flush each; the launch spread over the SMs in whole warps); H200 float32 graph-replay us, "
-              "plain / ring (fda5422): atlas N=2048 23.5 / 18.7, 4096 63.8 / 18.9, 16384 305 / 38.0, 65536 "
-              "1552 / 130; g1 2048 30.8 / 23.8, 4096 82.4 / 24.2, 16384 478 / 55.0, 65536 2556 / 206; below "
-              "CRBA_RING_MIN_N the plain stores win (atlas 1024: 10.8 / 18.6); kernel us at 262144 "
-              "(b000eab, blocks of the warps that keep the most resident: ten an SM on atlas, five on g1): "
-              "atlas 509, 2.2x the memory floor (494 in blocks of four warps, eight an SM), g1 779, 2.5x "
-              "(758) with the flush by groups; the one flush of the warp's whole block of outputs in order "
-              "(CRBA_RING_SLOT_OF, measured per robot: whole on atlas and g1), graph us at 4096 / 16384 / "
-              "65536 / 262144 groups vs whole: atlas 18.7 / 34.2 / 136 / 505 vs 19.4 / 28.9 / 76.7 / 268 "
-              "(1.18x the memory floor), g1 24.3 / 55.1 / 205 / 779 vs 32.9 / 42.4 / 141 / 470 (1.53x; "
-              "slower at 4096, one warp an SM). With it the per-state layout is the faster at every "
-              "N measured on both (crossover 1; it was 16384 on atlas and never on g1): g1 N=1024 18.0 against "
-              "the block layout's 41.4",
+              "CRBA_PER_STATE_MIN_N. nv^2 outputs per state: the per-state layout is staged through "
+              "shared memory from CRBA_STAGE_MIN_N states, warp by warp (coalesced stores, a whole warp's "
+              "shared indices from a per-lane offset table), plain below; robots too large to stage whole "
+              "(32 states' M over 48 KB: atlas, g1) take the ring kernel from CRBA_RING_MIN_N states "
+              "(grid_core.emit.ring: each warp's outputs through a ring of shared memory sized to the "
+              "distinct values, flushed as runs of consecutive entries in the order CRBA_RING_SLOT_OF "
+              "measured per robot); the launch is spread over every SM in whole warps. The measured "
+              "figures (levels against bodies, plain against staged and ring, the memory floor) are in "
+              "benchmarks/results/experiments/README.md",
     )
     emitter = CrbaEmitter
 
@@ -300,7 +292,7 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
         return crba(ctx.robot, q)
 
     def arenas(self, robot: Robot, options=None):
-        return (ArenaRegion("IC", 10 * robot.num_bodies, "composite inertia of every body (10 parameters)"),)
+        return regions(_fields(robot))
 
     def spill_rungs(self, robot: Robot, options=None):
         return (

@@ -15,10 +15,11 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.arena import ALL_SCRATCH, ArenaRegion, SpillRung, callee_rung
+from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter, LayerOptions
 from grid_core.emit.expr import Scope, sum_terms
+from grid_core.emit.storage import local_declaration, regions, vector
 from grid_core.model import Robot
 from grid_core.review import ParallelismReview, done, not_applicable, todo
 
@@ -58,26 +59,32 @@ class ForwardDynamicsEmitter(Emitter):
                else "Minv (tau - bias): minv_inner and inverse_dynamics_inner")
         return f"f_ext: this state's external forces or nullptr.  Method: {how}."
 
+    def fields(self, layers) -> tuple:
+        return _fields(layers.robot.nv)
+
     def inner_body(self, layers) -> list:
         if _method(layers) == "aba":
             return [layers.call_inner(layers.compose("aba"), s_qdd="s_qdd", s_q="s_q", s_qd="s_qd", s_tau="s_tau",
                                       f_ext="f_ext")]
         rnea, minv = layers.compose("inverse_dynamics"), layers.compose("minv")
+        arr = layers.arrays(self.fields(layers))
+        zero, bias, Minv = (arr[x] for x in ("zero", "bias", "Minv"))
+        io = layers.vectors()
         return [
             n.Comment("the bias forces ID(q, qd, 0, f_ext): the composed inverse dynamics on a zero band"),
-            n.BlockStrideLoop("i", "NUM_VEL", [n.Stmt("s_zero[i] = T(0)")]),
+            n.BlockStrideLoop("i", "NUM_VEL", [n.Stmt(f"{zero.at('i')} = T(0)")]),
             n.Sync(),
-            layers.call_inner(rnea, s_tau="s_bias", s_q="s_q", s_qd="s_qd", s_qdd="s_zero", f_ext="f_ext"),
+            layers.call_inner(rnea, s_tau=bias.base, s_q="s_q", s_qd="s_qd", s_qdd=zero.base, f_ext="f_ext"),
             n.Comment("no barrier between the two: Minv reads only q and XImats, and writes none of what\n"
                       "inverse dynamics reads or writes (their scratch regions are apart in the arena)"),
-            layers.call_inner(minv, s_Minv="s_Minv", s_q="s_q"),
+            layers.call_inner(minv, s_Minv=Minv.base, s_q="s_q"),
             n.Sync(),
             n.Comment("qdd = Minv (tau - bias), one row per thread"),
             n.BlockStrideLoop("i", "NUM_VEL", [
                 n.Stmt("T acc = T(0)"),
                 n.For("int j = 0", "j < NUM_VEL", "++j",
-                      [n.Stmt("acc += s_Minv[i * NUM_VEL + j] * (s_tau[j] - s_bias[j])")]),
-                n.Stmt("s_qdd[i] = acc")]),
+                      [n.Stmt(f"acc += {Minv.at('i', 'j')} * ({io['tau']('j')} - {bias.at('j')})")]),
+                n.Stmt(f"{io['qdd']('i')} = acc")]),
         ]
 
     def state_body(self, layers) -> list:
@@ -86,18 +93,28 @@ class ForwardDynamicsEmitter(Emitter):
                                       qdd="qdd", q="q", qd="qd", tau="tau", f_ext="f_ext")]
         rnea, minv = layers.compose("inverse_dynamics"), layers.compose("minv")
         nv = layers.robot.nv
+        arr = layers.arrays([f for f in self.fields(layers) if f.name != "zero"], local=True)
+        bias, Minv = arr["bias"], arr["Minv"]
+        io = layers.vectors(local=True)
         scope = Scope("t")
-        u = scope.let_all([sum_terms([(f"tau[{j}]",), (-1.0, f"bias[{j}]")]) for j in range(nv)], "u")
+        u = scope.let_all([sum_terms([(io["tau"](j),), (-1.0, bias.at(j))]) for j in range(nv)], "u")
         for i in range(nv):
-            scope.assign(f"qdd[{i}]", sum_terms([(f"Minv[{i * nv + j}]", u[j]) for j in range(nv)]))
+            scope.assign(io["qdd"](i), sum_terms([(Minv.at(i, j), u[j]) for j in range(nv)]))
         return [
-            n.Stmt(f"T bias[NUM_VEL], Minv[{nv * nv}]", comment="registers (or local memory): constant indices"),
+            local_declaration(arr.values(), comment="registers (or local memory): constant indices"),
             layers.call_state(rnea, {"USE_QDD": "false", "USE_F_EXT": "USE_F_EXT"},
-                              tau="bias", q="q", qd="qd", qdd="nullptr", f_ext="f_ext"),
-            layers.call_state(minv, Minv="Minv", q="q"),
+                              tau=bias.base, q="q", qd="qd", qdd="nullptr", f_ext="f_ext"),
+            layers.call_state(minv, Minv=Minv.base, q="q"),
             n.Comment("qdd = Minv (tau - bias)"),
             *scope.body(),
         ]
+
+
+def _fields(nv: int) -> tuple:
+    """The Minv method's intermediate results (the zero band only in the block layout)."""
+    return (vector("bias", nv, "bias forces ID(q, qd, 0, f_ext)"),
+            vector("zero", nv, "zeros, the acceleration the composed inverse dynamics reads"),
+            vector("Minv", nv * nv, "inverse joint-space inertia matrix", cols=nv))
 
 
 def _method(layers) -> str:
@@ -139,10 +156,7 @@ class ForwardDynamics(Algorithm):
     def arenas(self, robot: Robot, options=None):
         if options is not None and options.method == "aba":
             return ()  # the composed aba brings its own
-        nv = robot.nv
-        return (ArenaRegion("bias", nv, "bias forces ID(q, qd, 0, f_ext)"),
-                ArenaRegion("zero", nv, "zeros, the acceleration the composed inverse dynamics reads"),
-                ArenaRegion("Minv", nv * nv, "inverse joint-space inertia matrix"))
+        return regions(_fields(robot.nv))
 
     def spill_rungs(self, robot: Robot, options=None):
         # the callee's own analysis (minv's F region first: seed 004's F-region spill; or aba's

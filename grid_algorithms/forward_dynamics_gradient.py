@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.arena import ALL_SCRATCH, ArenaRegion, SpillRung, callee_rung
+from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter
+from grid_core.emit.storage import local_declaration, regions, vector
 from grid_core.model import Robot
 from grid_core.review import ParallelismReview, done, not_applicable, todo
 
@@ -29,19 +30,28 @@ from grid_core.review import ParallelismReview, done, not_applicable, todo
 # scratch region, so their calls run in turn, a barrier between.
 
 
-def _product(pfx: str, nv: int, pre: str, cell: str) -> list:
+def _fields(nv: int) -> tuple:
+    """The composed results the product reads."""
+    return (vector("qdd", nv, "joint accelerations FD(q, qd, tau, f_ext)"),
+            vector("dtau_dq", nv * nv, "d tau / d q of inverse dynamics at (q, qd, qdd)", cols=nv),
+            vector("dtau_dqd", nv * nv, "d tau / d qd of inverse dynamics at (q, qd, qdd)", cols=nv),
+            vector("inv_M", nv * nv, "the inverse joint-space inertia matrix", cols=nv))
+
+
+def _product(pfx: str, nv: int, arr: dict, out: dict, cell: str) -> list:
     """``dqdd_du[cell] = -sum_m Minv[r, m] dtau_du[m, c]`` for both derivatives, over the rows ``m``
-    where column ``c`` of dtau is not a structural zero (``<PFX>_NZ_START`` / ``_NZ_ROW``)."""
+    where column ``c`` of dtau is not a structural zero (``<PFX>_NZ_START`` / ``_NZ_ROW``); ``arr``:
+    the composed results bound (:func:`_fields`), ``out``: the output ports."""
     return [n.Block("", [
         n.Stmt(f"const int r = {cell} / {nv}, c = {cell} % {nv}"),
         n.Stmt("T aq = T(0), av = T(0)"),
         n.For(f"int t = {pfx}_NZ_START[c]", f"t < {pfx}_NZ_START[c + 1]", "++t", [
             n.Stmt(f"const int m = {pfx}_NZ_ROW[t]"),
-            n.Stmt(f"const T x = {pre}inv_M[r * {nv} + m]"),
-            n.Stmt(f"aq += x * {pre}dtau_dq[m * {nv} + c]"),
-            n.Stmt(f"av += x * {pre}dtau_dqd[m * {nv} + c]")]),
-        n.Stmt(f"{pre}dqdd_dq[{cell}] = -aq"),
-        n.Stmt(f"{pre}dqdd_dqd[{cell}] = -av")])]
+            n.Stmt(f"const T x = {arr['inv_M'].at('r', 'm')}"),
+            n.Stmt(f"aq += x * {arr['dtau_dq'].at('m', 'c')}"),
+            n.Stmt(f"av += x * {arr['dtau_dqd'].at('m', 'c')}")]),
+        n.Stmt(f"{out['dqdd_dq'](cell)} = -aq"),
+        n.Stmt(f"{out['dqdd_dqd'](cell)} = -av")])]
 
 
 class ForwardDynamicsGradientEmitter(Emitter):
@@ -70,36 +80,42 @@ class ForwardDynamicsGradientEmitter(Emitter):
                 n.ConstArray("int", f"{layers.pfx}_NZ_ROW", [r for c in range(layers.robot.nv) for r in rows[c]],
                              qualifiers="static __device__ const")]
 
+    def fields(self, layers) -> tuple:
+        return _fields(layers.robot.nv)
+
     def inner_body(self, layers) -> list:
         fd, minv, grad = (layers.compose(x) for x in self.composes)
         nv = layers.robot.nv
+        arr = layers.arrays(self.fields(layers))
+        a = {x: y.base for x, y in arr.items()}
         return [
             n.Comment("qdd = FD(q, qd, tau, f_ext): the composed forward dynamics"),
-            layers.call_inner(fd, s_qdd="s_qdd", s_q="s_q", s_qd="s_qd", s_tau="s_tau", f_ext="f_ext"),
+            layers.call_inner(fd, s_qdd=a["qdd"], s_q="s_q", s_qd="s_qd", s_tau="s_tau", f_ext="f_ext"),
             n.Sync(),
             n.Comment("d tau / d (q, qd) at that qdd: the composed inverse-dynamics gradient"),
-            layers.call_inner(grad, s_dtau_dq="s_dtau_dq", s_dtau_dqd="s_dtau_dqd", s_q="s_q", s_qd="s_qd",
-                              s_qdd="s_qdd", f_ext="f_ext"),
+            layers.call_inner(grad, s_dtau_dq=a["dtau_dq"], s_dtau_dqd=a["dtau_dqd"], s_q="s_q", s_qd="s_qd",
+                              s_qdd=a["qdd"], f_ext="f_ext"),
             n.Sync(),
-            layers.call_inner(minv, s_Minv="s_inv_M", s_q="s_q"),
+            layers.call_inner(minv, s_Minv=a["inv_M"], s_q="s_q"),
             n.Sync(),
             n.Comment("d qdd / d u = -Minv d tau / d u, one output cell (both derivatives) per thread (P2)"),
-            n.BlockStrideLoop("k", nv * nv, _product(layers.pfx, nv, "s_", "k")),
+            n.BlockStrideLoop("k", nv * nv, _product(layers.pfx, nv, arr, layers.vectors(), "k")),
         ]
 
     def state_body(self, layers) -> list:
         fd, minv, grad = (layers.compose(x) for x in self.composes)
         nv = layers.robot.nv
         use = {"USE_F_EXT": "USE_F_EXT"}
+        arr = layers.arrays(self.fields(layers), local=True)
+        a = {x: y.base for x, y in arr.items()}
         return [
-            n.Stmt(f"T qdd[{nv}], dtau_dq[{nv * nv}], dtau_dqd[{nv * nv}], inv_M[{nv * nv}]",
-                   comment="the composed results, local"),
-            layers.call_state(fd, use, qdd="qdd", q="q", qd="qd", tau="tau", f_ext="f_ext"),
-            layers.call_state(grad, use, dtau_dq="dtau_dq", dtau_dqd="dtau_dqd", q="q", qd="qd", qdd="qdd",
+            local_declaration(arr.values(), comment="the composed results, local"),
+            layers.call_state(fd, use, qdd=a["qdd"], q="q", qd="qd", tau="tau", f_ext="f_ext"),
+            layers.call_state(grad, use, dtau_dq=a["dtau_dq"], dtau_dqd=a["dtau_dqd"], q="q", qd="qd", qdd=a["qdd"],
                               f_ext="f_ext"),
-            layers.call_state(minv, Minv="inv_M", q="q"),
+            layers.call_state(minv, Minv=a["inv_M"], q="q"),
             n.Comment("d qdd / d u = -Minv d tau / d u"),
-            n.For("int k = 0", f"k < {nv * nv}", "++k", _product(layers.pfx, nv, "", "k")),
+            n.For("int k = 0", f"k < {nv * nv}", "++k", _product(layers.pfx, nv, arr, layers.vectors(local=True), "k")),
         ]
 
 
@@ -147,11 +163,7 @@ class ForwardDynamicsGradient(Algorithm):
         return -Minv @ dtau_dq, -Minv @ dtau_dqd
 
     def arenas(self, robot: Robot, options=None):
-        nv = robot.nv
-        return (ArenaRegion("qdd", nv, "joint accelerations FD(q, qd, tau, f_ext)"),
-                ArenaRegion("dtau_dq", nv * nv, "d tau / d q of inverse dynamics at (q, qd, qdd)"),
-                ArenaRegion("dtau_dqd", nv * nv, "d tau / d qd of inverse dynamics at (q, qd, qdd)"),
-                ArenaRegion("inv_M", nv * nv, "the inverse joint-space inertia matrix"))
+        return regions(_fields(robot.nv))
 
     def spill_rungs(self, robot: Robot, options=None):
         return (

@@ -37,6 +37,8 @@ class Field:
     keys: tuple = attrs.field(converter=tuple)
     width: int | Callable = 6
     doc: str = ""
+    cols: int = 0
+    """A flat field's row length: a row-major matrix (:func:`vector`, :meth:`Array.at`)."""
 
     def width_of(self, key) -> int:
         return self.width(key) if callable(self.width) else self.width
@@ -63,9 +65,20 @@ class Field:
         return key in self._layout[0]
 
 
+def vector(name: str, size: int, doc: str = "", cols: int = 0) -> Field:
+    """A flat field of ``size`` scalars, one entry (``cols``: a row-major matrix of that row
+    length): an orchestrator's intermediate results, read through :meth:`Array.at`."""
+    return Field(name, (None,), size, doc, cols)
+
+
 def region(name: str, fields: Sequence[Field], doc: str = "") -> ArenaRegion:
     """The arena region of ``fields`` (one part each, in order): they spill together."""
     return ArenaRegion.group(name, [(f.name, f.size) for f in fields], doc)
+
+
+def regions(fields: Iterable[Field]) -> tuple[ArenaRegion, ...]:
+    """One arena region per field, named and documented as it: each spills on its own."""
+    return tuple(ArenaRegion(f.name, f.size, f.doc) for f in fields)
 
 
 class Array:
@@ -85,6 +98,16 @@ class Array:
         a C++ int expression."""
         off = self.field.offset(key) - first
         return f"{self.base}[{off + k if isinstance(k, int) else plus(k, off)}]"
+
+    def at(self, i, c=None) -> str:
+        """Scalar ``i`` of a flat field (:func:`vector`), or entry ``(i, c)`` of a row-major matrix
+        field; either index may be a C++ int expression."""
+        if c is not None:
+            if isinstance(i, int) and isinstance(c, int):
+                i = i * self.field.cols + c
+            else:
+                i = f"{i} * {self.field.cols} + {c}" if isinstance(i, str) else plus(c, i * self.field.cols)
+        return self(None, i)
 
     def put(self, scope: Scope, key, values: Sequence[Scalar]) -> None:
         """Store entry ``key``: its constant scalars only recorded (folded where read)."""
@@ -118,4 +141,4 @@ def local_declaration(arrays: Iterable[Array], extra: Sequence[str] = (), commen
     return n.Stmt(f"T {', '.join(decls)}", comment=comment)
 
 
-__all__ = ["Array", "Field", "local_declaration", "plus", "region"]
+__all__ = ["Array", "Field", "local_declaration", "plus", "region", "regions", "vector"]

@@ -9,7 +9,7 @@ import pytest
 from conftest import load
 from grid_core.composer import Composer, GenerateOptions
 from grid_core.emit.expr import Scope
-from grid_core.emit.storage import Array, Field, local_declaration, region
+from grid_core.emit.storage import Array, Field, local_declaration, region, regions, vector
 from grid_core.errors import CodegenError
 
 
@@ -37,6 +37,15 @@ def test_array_index_by_expression_and_first():
     assert P((1, 2), 5, first=3) == "s_P[10]"
     assert P((1, 2), "j", first=3) == "s_P[j + 5]"
     assert P((1, 0), "j", first=3) == "s_P[j - 3]" and P((1, 0), "j") == "s_P[j]"
+
+
+def test_vector_fields_index_rows_and_columns():
+    M = Array(vector("inv_M", 12, "a 3 x 4 matrix", cols=4), "s_inv_M")
+    assert M.at(2, 3) == "s_inv_M[11]" and M.at("r", "m") == "s_inv_M[r * 4 + m]"
+    assert M.at(1, "c") == "s_inv_M[c + 4]" and M.at("k") == "s_inv_M[k]" and M.at(5) == "s_inv_M[5]"
+    r = regions([M.field, vector("bias", 3, "bias forces")])
+    assert [(x.name, x.elements, x.doc, x.parts) for x in r] == [("inv_M", 12, "a 3 x 4 matrix", ()),
+                                                                  ("bias", 3, "bias forces", ())]
 
 
 def test_array_folds_known_entries_and_zero_keys():
