@@ -50,6 +50,23 @@ class Relaxation:
     """``L``: the relaxed coordinates that are the robot's v, in v order."""
     C: np.ndarray = attrs.field(eq=False)
     """Constraint rows ``C v_r = 0``, one per mimic joint."""
+    rows: tuple[tuple[int, int, float], ...] = ()
+    """C's rows as ``(x, y, mult)`` (the emitted code's form): +1 at relaxed coordinate ``x`` (the
+    mimic joint), -mult at ``y`` (the mimicked one)."""
+    owner: tuple[tuple[int, int], ...] = ()
+    """``(body, r)`` of each relaxed coordinate: the body whose ``r``-th coordinate it is."""
+
+    @property
+    def own_steps(self) -> list[int]:
+        """Own coordinate ``a`` is relaxed coordinate ``a + #{t in own_steps: a >= t}`` (where the
+        own coordinates are in relaxed order)."""
+        return [x - k for k, x in enumerate(sorted(x for x, _, _ in self.rows))]
+
+    def own_of(self, a):
+        """The relaxed coordinate of own coordinate ``a`` (an int, or a C++ expression: branch-free)."""
+        if isinstance(a, int):
+            return int(self.own[a])
+        return " + ".join([a] + [f"({a} >= {t})" for t in self.own_steps])
 
     def tau(self, tau: np.ndarray) -> np.ndarray:
         """``L^T tau``: the joint forces on the relaxed coordinates (none on mimic joints)."""
@@ -76,13 +93,14 @@ def relaxation(robot: Robot) -> Relaxation:
         if b.mimic is None:
             own[b.v_index : b.v_index + w] = np.arange(r, r + w)
         else:
-            row = np.zeros(nv)
-            row[r] = 1.0
-            row[index[b.mimic.body]] -= b.mimic.multiplier
-            rows.append(row)
-    C = np.array(rows).reshape(len(rows), nv)
+            rows.append((r, index[b.mimic.body], float(b.mimic.multiplier)))
+    C = np.zeros((len(rows), nv))
+    for k, (x, y, mult) in enumerate(rows):
+        C[k, x] += 1.0
+        C[k, y] -= mult
     end = tuple(index[s[-1]] + width[s[-1]] for s in robot.topology.subtree)
-    return Relaxation(tuple(index), tuple(width), end, nv, own, C)
+    owner = tuple((b.index, r) for b, w in zip(robot.bodies, width) for r in range(w))
+    return Relaxation(tuple(index), tuple(width), end, nv, own, C, tuple(rows), owner)
 
 
 # -- emitted code: the constraints imposed on a relaxed recursion's results ---------------------
@@ -114,12 +132,11 @@ def constraint_forces(scope: Scope, rows: list, A) -> list:
 
 class Schur:
     """``M^-1 = L (M_r^-1 - Y K^-1 Y^T) L^T`` with ``Y = M_r^-1 C^T``, ``K = C Y``, emitted on
-    ``mr(r, c)`` (the relaxed inverse's entry, any row and column: both triangles final).  ``rows``:
-    C's rows in relaxed coordinates; ``own(a)``: the relaxed coordinate of own coordinate ``a``
-    (an int, or a C++ int expression); ``nv``: the robot's."""
+    ``mr(r, c)`` (the relaxed inverse's entry, any row and column: both triangles final), over the
+    relaxed tree ``rel`` (C's rows, own coordinates)."""
 
-    def __init__(self, rows: list, own, nv: int, mr):
-        self.rows, self.own, self.nv, self.mr = rows, own, nv, mr
+    def __init__(self, rel: Relaxation, mr):
+        self.rows, self.own, self.nv, self.mr = rel.rows, rel.own_of, len(rel.own), mr
 
     def Y(self, r, k):
         """``Y[r, k]``: row ``r`` of ``M_r^-1`` (an int or a C++ expression) times C's row ``k``."""

@@ -171,7 +171,7 @@ class AbaSteps:
 
     def __init__(self, robot: Robot, arr: dict, fext_guard: str, constexpr: bool):
         self.robot, self.arr = robot, arr
-        self.sp = _Sparsity(robot)
+        self.sp, self.rel = _Sparsity(robot), relaxation(robot)
         self.fext_guard, self.constexpr = fext_guard, constexpr
         self.a0 = ss.A0
         self.started: set = set()
@@ -312,32 +312,23 @@ class AbaSteps:
 
     # -- mimic constraints -------------------------------------------------------------
 
-    def _qr(self, b: int, j: int, r: int = 0):
+    def _qr(self, x: int, j: int):
+        """Relaxed coordinate ``x``'s relaxed acceleration in column ``j``."""
+        b, r = self.rel.owner[x]
         return self.get("qr", (b, j))[r]
 
     def constraint_forces(self, scope: Scope) -> list:
         """``z = K^-1 C a_r`` with ``K = C Y`` (Y: the constraint columns' relaxed accelerations)."""
-        rows = [(b.index, b.mimic.body, b.mimic.multiplier) for b in self.sp.mimics]
-        what = "the mimic constraint" if len(rows) == 1 else f"the {len(rows)} mimic constraints"
-        scope.comment(f"{what}: z = K^-1 C a_r, K = C Y (Cholesky)")
-        return constraint_forces(scope, rows, self._qr)
-
-    def dof_owners(self) -> list[tuple[int, int]]:
-        """``(body, r)`` of each velocity index: the body whose ``r``-th coordinate it is."""
-        owners = {}
-        for b in self.robot.bodies:
-            if b.mimic is None:
-                for r in range(self.sp.width[b.index]):
-                    owners[b.v_index + r] = (b.index, r)
-        return [owners[v] for v in range(self.robot.nv)]
+        m = len(self.rel.rows)
+        scope.comment(f"{'the mimic constraint' if m == 1 else f'the {m} mimic constraints'}: z = K^-1 C a_r, "
+                      "K = C Y (Cholesky)")
+        return constraint_forces(scope, self.rel.rows, self._qr)
 
     def constrained_qdd(self, scope: Scope, dof: int, z: list) -> None:
         """``qdd = L (a_r - Y z)`` at one velocity index."""
-        b, r = self.dof_owners()[dof]
-        terms = [(self._qr(b, 0, r),), *[(-1.0, self._qr(b, l + 1, r), zl) for l, zl in enumerate(z)]]
+        x = self.rel.own_of(dof)
+        terms = [(self._qr(x, 0),), *[(-1.0, self._qr(x, l + 1), zl) for l, zl in enumerate(z)]]
         scope.assign(self.arr["qdd"](dof), sum_terms(terms))
-
-
 
 
 class AbaEmitter(Emitter):

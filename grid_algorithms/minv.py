@@ -122,16 +122,10 @@ class Columns:
                 root[b] = root[p]
         self.tree_end = [rel.end[root[b]] for b in range(robot.num_bodies)]
         self.leaf = [not topo.children[b] for b in range(robot.num_bodies)]
-        # mimic constraints C v_r = 0: row k is +1 at ib, -mult at im
-        self.mimics = [(rel.index[b.index], rel.index[b.mimic.body], float(b.mimic.multiplier))
-                       for b in robot.bodies if b.mimic is not None]
-        xs = sorted(ib for ib, _, _ in self.mimics)
-        self.own_steps = [x - k for k, x in enumerate(xs)]
-        """own coordinate a is relaxed coordinate a + #{t in own_steps: a >= t} (branch-free)."""
-        if [a + sum(a >= t for t in self.own_steps) for a in range(robot.nv)] != [int(x) for x in rel.own]:
+        if [a + sum(a >= t for t in rel.own_steps) for a in range(robot.nv)] != [int(x) for x in rel.own]:
             raise CodegenError(f"minv: robot '{robot.name}': its own coordinates are not in relaxed order")
         parents = [b for b in range(robot.num_bodies) if not self.leaf[b]]
-        w, m = rel.width, self.m
+        w, m = rel.width, len(rel.rows)
         self.p_first = {b: rel.index[b] + w[b] for b in parents}
         """The first column of body ``b``'s P: its first child's."""
         fields = [
@@ -146,16 +140,6 @@ class Columns:
                Field("Z", range(m), robot.nv)] if self.mimic else []),
         ]
         self.fields = {f.name: f for f in fields}
-
-    @property
-    def m(self) -> int:
-        return len(self.mimics)
-
-    def own(self, a):
-        """The relaxed coordinate of own coordinate ``a`` (an int, or a C++ expression)."""
-        if isinstance(a, int):
-            return int(self.rel.own[a])
-        return " + ".join([a] + [f"({a} >= {t})" for t in self.own_steps])
 
     def columns(self, b: int) -> tuple[int, int, int, int]:
         """``(first own column, first descendant column, end of the subtree, end of the tree)``."""
@@ -408,8 +392,7 @@ class _Block:
 
     def correction(self) -> list:
         """The mimic correction (:class:`~grid_algorithms._mimic.Schur`) on Mr, final here."""
-        schur = Schur(self.cols.mimics, self.cols.own, self.robot.nv, self.entry)
-        return schur.block(self.arr["KL"], self.arr["Z"], "s_Minv")
+        return Schur(self.cols.rel, self.entry).block(self.arr["KL"], self.arr["Z"], "s_Minv")
 
 
 @attrs.frozen
@@ -516,12 +499,11 @@ class MinvEmitter(Emitter):
                 U[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U[b]]
                 if not cols.leaf[b]:
                     S[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
-        owner = {j: b.index for b in robot.bodies for j in range(cols.columns(b.index)[0], cols.columns(b.index)[1])}
         final: dict = {}
         for j in range(nr):
-            bj = robot.bodies[owner[j]]
+            bj, own = robot.bodies[cols.rel.owner[j][0]], cols.rel.owner[j][1]
             scope.comment(f"column {j} ({bj.joint.name}): up its path, then down its tree")
-            back, F, a, own = {}, None, bj, j - cols.columns(bj.index)[0]
+            back, F, a = {}, None, bj
             while True:
                 back[a.index] = m = steps.backward(scope, a, ud[a.index].Dinv, F, own, S.get(a.index))
                 if a.parent < 0:
@@ -553,7 +535,7 @@ class MinvEmitter(Emitter):
                         scope.assign(f"Minv[{c * nv + r}]", 0.0)
         else:
             mr = lambda r, c: final.get((min(r, c), max(r, c)), 0.0)  # noqa: E731 (the upper triangle, mirrored)
-            Schur(cols.mimics, cols.own, nv, mr).straight_line(scope, "Minv")
+            Schur(cols.rel, mr).straight_line(scope, "Minv")
         return [n.Stmt("T XI[XI_SIZE]", comment="registers: every index is a constant"), *scope.body()]
 
 
