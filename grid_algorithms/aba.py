@@ -24,9 +24,9 @@ from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
-from grid_core.emit.expr import Scope, dot, prune_unused, sum_terms
+from grid_core.emit.expr import Scope, dot, matvec, prune_unused, sum_terms
 from grid_core.emit.storage import Field, local_declaration, region
-from grid_core.model import Body, JointType, Robot
+from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm, gravity_accel
 from grid_core.review import ParallelismReview, done, todo
@@ -149,18 +149,6 @@ def fields(robot: Robot) -> tuple[Field, ...]:
     return tuple(f[x] for x in HOT + COLD if x in f)
 
 
-def _rates(body: Body, qd) -> list:
-    """The body's joint rates on the relaxed tree (a mimic body's own: multiplier applied)."""
-    if body.jtype is JointType.FLOATING:
-        return [qd(body.v_index + k) for k in range(6)]
-    return [ss.joint_rate(body, qd)]
-
-
-def _combine(S, xs) -> list:
-    """``S x`` for the columns ``S`` of a motion subspace."""
-    return [sum_terms([(col[r], x) for col, x in zip(S, xs)]) for r in range(6)]
-
-
 class AbaSteps:
     """ABA's per-body steps on the relaxed tree, every robot constant folded in.
 
@@ -202,8 +190,7 @@ class AbaSteps:
         """v and c of ``body`` (where read), and its bias force pA = v x* I v - f_ext."""
         b, arr = body.index, self.arr
         scope.comment(f"body {b} ({body.joint.name}): v, c, pA")
-        S = ss.subspace_columns(body)
-        vJ = scope.let_all(_combine(S, _rates(body, arr["qd"])), "vJ")
+        vJ = scope.let_all(ss.joint_motion(body, arr["qd"]), "vJ")
         if body.parent < 0:
             v = vJ  # and c = vJ x vJ = 0
         else:
@@ -251,10 +238,9 @@ class AbaSteps:
         Iac = ss.sym6_times(Ia, self.get("c", b))
         pa = {}
         for j, uj in u.items():
-            Du = scope.let_all([sum_terms([(Dinv[r][s], uj[s]) for s in range(w)]) for r in range(w)], "Du")
+            Du = scope.let_all(matvec(Dinv, uj), "Du")
             pA = self.get("pA", (b, j))
-            pa[j] = scope.let_all([sum_terms([(pA[k],), *[(U[r][k], Du[r]) for r in range(w)],
-                                              *([(Iac[k],)] if j == 0 else [])]) for k in range(6)], "pa")
+            pa[j] = scope.let_all(ss.combine([pA, *U, Iac], [1.0, *Du, 1.0 if j == 0 else 0.0]), "pa")
         return art, Ia, pa
 
     def gather(self, scope: Scope, parent: int, children) -> None:
@@ -284,9 +270,7 @@ class AbaSteps:
         X = ss.Transform(self.robot, body, self.arr["xi"], scope)
         Uf = self.get("U", b)
         U = [Uf[6 * r:6 * r + 6] for r in range(w)]
-        Dv = self.get("Dinv", b)
-        tri = {pair: k for k, pair in enumerate((r, c) for r in range(w) for c in range(r, w))}
-        Dinv = [[Dv[tri[(min(r, c), max(r, c))]] for c in range(w)] for r in range(w)]
+        Dinv = ss.sym6_full(self.get("Dinv", b), w)  # stored packed, the upper triangle row by row
         for j in range(sp.K):
             if (b, j) not in sp.qdd:
                 continue
@@ -300,10 +284,9 @@ class AbaSteps:
             ap = scope.let_all(ap, "a")
             uj = self.get("u", (b, j))
             t = scope.let_all([sum_terms([(uj[r],), (-1.0, dot(U[r], ap))]) for r in range(w)], "ut")
-            qdd = scope.let_all([sum_terms([(Dinv[r][s], t[s]) for s in range(w)]) for r in range(w)], "qdd")
+            qdd = scope.let_all(matvec(Dinv, t), "qdd")
             if self.robot.topology.children[b]:
-                Sq = _combine(S, qdd)
-                self.arr["a"].put(scope, (b, j), scope.let_all([sum_terms([(ap[k],), (Sq[k],)]) for k in range(6)], "a"))
+                self.arr["a"].put(scope, (b, j), scope.let_all(ss.combine([ap, *S], [1.0, *qdd]), "a"))
             if sp.K > 1:
                 self.arr["qr"].put(scope, (b, j), qdd)
             else:  # no mimic joint: the relaxed tree is the robot

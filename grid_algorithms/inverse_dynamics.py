@@ -87,14 +87,6 @@ class RneaSteps:
     def get(self, name: str, body: int, k: int):
         return self.arr[name].get(body, k)
 
-    def joint_motion(self, body: Body, rates) -> list:
-        """``S u`` of the body's joint for its rates ``u`` (``rates``: v index -> expression; qd
-        gives the joint velocity vJ, qdd the acceleration term), a mimic's multiplier applied."""
-        if body.jtype is JointType.FLOATING:
-            u = [rates(body.v_index + k) for k in range(6)]
-            return u[3:] + u[:3]  # S maps v = [linear; angular] to [angular; linear]
-        return ss.motion_subspace_times(body, ss.joint_rate(body, rates))
-
     def _X(self, scope: Scope, body: Body) -> ss.Transform:
         return ss.Transform(self.robot, body, self.arr["xi"], scope)
 
@@ -105,12 +97,12 @@ class RneaSteps:
         X = self._X(scope, body)
         if body.jtype is JointType.FLOATING:
             Ea0 = X.rotate(self.a0)
-            v = self.joint_motion(body, arr["qd"])
-            aJ = self.joint_motion(body, arr["qdd"])
+            v = ss.joint_motion(body, arr["qd"])
+            aJ = ss.joint_motion(body, arr["qdd"])
             a = aJ[:3] + [sum_terms([(Ea0[k],), (aJ[3 + k],)]) for k in range(3)]
         else:
-            vJ = scope.let_all(self.joint_motion(body, arr["qd"]), "vJ")
-            aJ = self.joint_motion(body, arr["qdd"])
+            vJ = scope.let_all(ss.joint_motion(body, arr["qd"]), "vJ")
+            aJ = ss.joint_motion(body, arr["qdd"])
             if body.parent < 0:
                 # X a0 with a0 = [0; -g]: the angular part is zero and r x 0 = 0
                 Xa0 = [0.0, 0.0, 0.0] + X.rotate(self.a0, scope)

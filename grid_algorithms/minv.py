@@ -170,8 +170,7 @@ class MinvSteps:
     def transfer(self, scope: Scope, body: Body, U, minv, F, to_parent: bool = True) -> list:
         """``X^T (F + U minv)``: the column's bias force, carried to the parent (``to_parent``
         false: ``F + U minv``, a column carried in its tree's root frame, ``U`` given there)."""
-        f = [sum_terms([*([(F[k],)] if F is not None else []), *[(U[c][k], minv[c]) for c in range(len(U))]])
-             for k in range(6)]
+        f = ss.combine(U, minv) if F is None else ss.combine([F, *U], [1.0, *minv])
         if not to_parent:
             return scope.let_all(f, "F")
         return scope.let_all(self.X(scope, body).force_T(scope.let_all(f, "f"), scope), "F")
@@ -189,7 +188,7 @@ class MinvSteps:
             minv = [sum_terms([(minv[a],), *[(-1.0, Dinv[a][c], UtXP[c]) for c in range(w)]]) for a in range(w)]
         minv = scope.let_all(minv, "m")
         S = self.S[body.index] if S is None else S
-        P = [sum_terms([(XP[k],), *[(S[c][k], minv[c]) for c in range(w)]]) for k in range(6)]
+        P = ss.combine([XP, *S], [1.0, *minv])
         return minv, P
 
 

@@ -272,6 +272,21 @@ def inertia_times(I: np.ndarray, m: Sequence[Scalar]) -> list[Scalar]:
     return [sum_terms((clean(I[r, c]), m[c]) for c in range(6)) for r in range(6)]
 
 
+def joint_motion(body: Body, rates: Index) -> list[Scalar]:
+    """``S u`` of the body's joint for its rates ``u`` (``rates``: v index -> expression; qd gives
+    the joint velocity vJ, qdd the acceleration term), a mimic's multiplier applied."""
+    if body.jtype is JointType.FLOATING:
+        u = [rates(body.v_index + k) for k in range(6)]
+        return u[3:] + u[:3]  # S maps v = [linear; angular] to [angular; linear]
+    return motion_subspace_times(body, joint_rate(body, rates))
+
+
+def combine(cols: Sequence[Sequence[Scalar]], xs: Sequence[Scalar]) -> list[Scalar]:
+    """``sum_c xs[c] cols[c]`` of spatial vectors: ``S x`` for the columns ``S`` of a motion
+    subspace, ``U x`` for a joint's ``U = IA S``."""
+    return [sum_terms([(col[r], x) for col, x in zip(cols, xs)]) for r in range(6)]
+
+
 def motion_subspace_times(body: Body, rate: Scalar) -> list[Scalar]:
     """``S qd`` for a 1-dof joint (revolute: ``[a; 0]``, prismatic: ``[0; a]``)."""
     a = [clean(x, ROTATION_TOL) for x in body.axis]
@@ -357,14 +372,16 @@ def inertia_to_parent(X: "Transform", rbi: Sequence[Scalar], scope: Scope) -> li
 #
 # An articulated-body inertia is symmetric but not a rigid-body inertia, so it takes 21 numbers:
 # the upper triangle, row by row ((0,0), (0,1) .. (0,5), (1,1) .. (5,5)).  Recursions that divide
-# by a joint's inertia (ABA, Carpentier's Minv) carry these.
+# by a joint's inertia (ABA, Carpentier's Minv) carry these; ABA packs a multi-dof joint's
+# D^-1 (w x w) the same way.
 
 
-def sym6_index(i: int, j: int) -> int:
-    """Position of entry ``(i, j)`` (either triangle) in the 21-scalar layout."""
+def sym6_index(i: int, j: int, n: int = 6) -> int:
+    """Position of entry ``(i, j)`` (either triangle) in the 21-scalar layout (``n``: of an
+    ``n x n``'s packed upper triangle)."""
     if i > j:
         i, j = j, i
-    return 6 * i - i * (i - 1) // 2 + (j - i)
+    return n * i - i * (i - 1) // 2 + (j - i)
 
 
 _SYM6_PAIRS = [(i, j) for i in range(6) for j in range(i, 6)]
@@ -386,9 +403,10 @@ def sym6_from_rbi(rbi: Sequence[Scalar]) -> list[Scalar]:
     return [full[i][j] for i, j in _SYM6_PAIRS]
 
 
-def sym6_full(a: Sequence[Scalar]) -> list[list[Scalar]]:
-    """The 6x6 view (rows of entries) of 21 scalars."""
-    return [[a[sym6_index(i, j)] for j in range(6)] for i in range(6)]
+def sym6_full(a: Sequence[Scalar], n: int = 6) -> list[list[Scalar]]:
+    """The 6x6 view (rows of entries) of 21 scalars (``n``: the ``n x n`` view of a packed upper
+    triangle)."""
+    return [[a[sym6_index(i, j, n)] for j in range(n)] for i in range(n)]
 
 
 def sym6_times(a: Sequence[Scalar], m: Sequence[Scalar]) -> list[Scalar]:
