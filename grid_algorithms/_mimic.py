@@ -183,26 +183,18 @@ class Schur:
             for k in range(m):
                 scope.assign(Z(k, a), z[k][0])
 
-        def row(a):
+        def entry(scope, a, b):
             ra = own(a)
+            scope.stmt(f"const int rb = {own(b)}")
+            x = scope.let(self.entry(ra, "rb", [self.Y(ra, k2) for k2 in range(m)], [Z(k2, b) for k2 in range(m)]),
+                          "Minv")
+            scope.assign(f"{out}[{plus(b, a * nv)}]", x)
+            scope.extend([n.If(f"b != {a}", [n.Stmt(f"{out}[b * {nv} + {a}] = {x}")])])
 
-            def step(scope, k):
-                scope.stmt(f"const int b = {plus(k, a)}")
-                scope.stmt(f"const int rb = {own('b')}")
-                x = scope.let(self.entry(ra, "rb", [self.Y(ra, k2) for k2 in range(m)],
-                                         [Z(k2, "b") for k2 in range(m)]), "Minv")
-                scope.assign(f"{out}[{plus('b', a * nv)}]", x)
-                scope.extend([n.If(f"b != {a}", [n.Stmt(f"{out}[b * {nv} + {a}] = {x}")])])
-            return sweeps.Run(nv - a, step, comment=f"row {a} (relaxed {ra}), b >= {a}")
-
-        return [
-            n.Sync(),
-            n.Comment(f"mimic joints: K = C Mr C^T ({m} x {m}) factored by one thread"),
-            *sweeps.fan_out_runs([sweeps.Run(1, factor, per_warp=True)]),
-            n.Sync(),
-            n.Comment("Z = K^-1 Y^T, one own column per thread"),
-            *sweeps.fan_out_runs([sweeps.Run(nv, solve)]),
-            n.Sync(),
-            n.Comment("Minv = Mr - Y Z on the own coordinates, the upper triangle one entry per thread, mirrored"),
-            *sweeps.fan_out_runs([row(a) for a in range(nv)]),
-        ]
+        rows = [sweeps.span(a, nv, lambda sc, b, a=a: entry(sc, a, b), "b", f"row {a} (relaxed {own(a)}), b >= {a}")
+                for a in range(nv)]
+        return [n.Sync(), *sweeps.phases(
+            [[sweeps.Run(1, factor, per_warp=True)], [sweeps.Run(nv, solve)], rows],
+            [f"mimic joints: K = C Mr C^T ({m} x {m}) factored by one thread",
+             "Z = K^-1 Y^T, one own column per thread",
+             "Minv = Mr - Y Z on the own coordinates, the upper triangle one entry per thread, mirrored"])]

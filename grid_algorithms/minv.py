@@ -322,14 +322,8 @@ class _Block:
 
         runs = [sweeps.Run(1, lambda scope, _k, a=a: column(scope, i0 + a, a),
                            comment=f"body {b} ({body.joint.name}), its column {i0 + a}") for a in range(w)]
-        if end > d0:
-            def descendants(scope, k):
-                scope.stmt(f"const int j = {plus(k, d0)}")
-                column(scope, "j", None)
-
-            runs.append(sweeps.Run(end - d0, descendants,
-                                   comment=f"body {b}: the columns of its descendants, {d0} <= j < {end}"))
-        return runs
+        return runs + [sweeps.span(d0, end, lambda scope, j: column(scope, j, None),
+                                   comment=f"body {b}: the columns of its descendants, {d0} <= j < {end}")]
 
     def forward_runs(self, b: int) -> list:
         """Body ``b``'s columns of the forward pass (a non-root: one column of its own): its own,
@@ -348,30 +342,17 @@ class _Block:
                 for k, x in enumerate(P):
                     scope.assign(self.P(b, j)[k], x)
 
-        def ranged(first, within):
-            def step(scope, k):
-                scope.stmt(f"const int j = {plus(k, first)}")
-                column(scope, "j", within)
-            return step
-
-        runs = [sweeps.Run(1, lambda scope, _k: column(scope, i0, True), comment=f"body {b} ({body.joint.name})")]
-        if end > d0:
-            runs.append(sweeps.Run(end - d0, ranged(d0, True), comment=f"body {b}: its descendants' columns"))
-        if tend > end:
-            runs.append(sweeps.Run(tend - end, ranged(end, False), comment=f"body {b}: the rest of its tree"))
-        return runs
+        return [sweeps.Run(1, lambda scope, _k: column(scope, i0, True), comment=f"body {b} ({body.joint.name})"),
+                sweeps.span(d0, end, lambda sc, j: column(sc, j, True), comment=f"body {b}: its descendants' columns"),
+                sweeps.span(end, tend, lambda sc, j: column(sc, j, False), comment=f"body {b}: the rest of its tree")]
 
     def zero_runs(self) -> list:
         """The entries between separate trees (a forest): structural zeros."""
         runs = []
         for b in self.robot.bodies:
             i0, d0, _, tend = self.cols.columns(b.index)
-            for r in range(i0, d0):
-                if self.cols.n > tend:
-                    def zeros(scope, k, r=r, tend=tend):
-                        scope.stmt(f"const int j = {plus(k, tend)}")
-                        self.write(scope, r, "j", 0.0, mirror=True)
-                    runs.append(sweeps.Run(self.cols.n - tend, zeros, comment=f"row {r}: zeros beyond its tree"))
+            runs += [sweeps.span(tend, self.cols.n, lambda scope, j, r=r: self.write(scope, r, j, 0.0, mirror=True),
+                                 comment=f"row {r}: zeros beyond its tree") for r in range(i0, d0)]
         return runs
 
     def steps_of(self, form: str) -> tuple[list[list], list[list]]:
@@ -439,18 +420,11 @@ class MinvEmitter(Emitter):
             "backward pass, leaves to root: each step finalizes a group of bodies (their articulated\n"
             "inertias, U, Dinv, and what each passes to its parent: one warp per body) and runs the\n"
             "columns of the group before (one thread per column: P2); a root's columns are final")]
-        steps = [s for s in back if s]
-        for k, runs in enumerate(steps):
-            out += sweeps.fan_out_runs(runs)
-            if k + 1 < len(steps) or any(fwd) or block.cols.mimic:
-                out.append(n.Sync())
-        fwd = [s for s in fwd if s]
-        if fwd:
-            out.append(n.Comment("forward pass, root to leaves: each body's columns from its own on, one thread each"))
-        for k, runs in enumerate(fwd):
-            out += sweeps.fan_out_runs(runs)
-            if k + 1 < len(fwd):
-                out.append(n.Sync())
+        out += sweeps.phases(back)
+        if any(back) and (any(fwd) or block.cols.mimic):
+            out.append(n.Sync())
+        out += sweeps.phases(fwd, ["forward pass, root to leaves: each body's columns from its own on, "
+                                   "one thread each"])
         if block.cols.mimic:
             out += block.correction()
         return out

@@ -9,7 +9,8 @@ code into a :class:`~grid_core.emit.expr.Scope`; these drivers schedule them:
   body per step: the A/B alternative, and what a chain reduces to);
 * :func:`fan_out`: independent items (dofs, columns, pairs) one thread each;
 * :func:`fan_out_runs`: runs of independent items, each run one code path over a run-time
-  index (the columns of one body, say), the runs side by side in one loop;
+  index (the columns of one body, say, a :func:`span` of them), the runs side by side in one
+  loop; :func:`phases`: such loops one after another, a barrier between;
 * :func:`depth_first`: the per-state layout's register schedule, each subtree's backward
   step taken as soon as the subtree is complete, so only the current root path stays live.
 """
@@ -24,6 +25,7 @@ from ..model import Robot
 from . import nodes as n
 from .emitter import LayerOptions
 from .expr import Scope
+from .storage import plus
 
 SWEEP_FORMS = ("levels", "bodies")
 
@@ -146,6 +148,32 @@ def fan_out_runs(runs: Sequence[Run], var: str = "k") -> list:
         r.step(scope, index)
         body.append(n.If(cond, scope.body()))
     return [n.BlockStrideLoop(var, total, body)] if body else []
+
+
+def span(first: int, end: int, step: Step, var: str = "j", comment: str = "") -> Run:
+    """A :class:`Run` over the indices ``first <= var < end`` (a range of columns, say): each item
+    binds ``const int var`` and ``step(scope, var)`` writes it."""
+
+    def item(scope, k):
+        scope.stmt(f"const int {var} = {plus(k, first)}")
+        step(scope, var)
+
+    return Run(end - first, item, comment=comment)
+
+
+def phases(stages: Sequence[Sequence[Run]], comments: Sequence[str] = ()) -> list:
+    """Each non-empty stage's runs in one :func:`fan_out_runs` loop (after its comment, if any),
+    a barrier between consecutive stages, none after the last."""
+    out: list = []
+    for k, runs in enumerate(stages):
+        if not runs:
+            continue
+        if out:
+            out.append(n.Sync())
+        if k < len(comments):
+            out.append(n.Comment(comments[k]))
+        out += fan_out_runs(runs)
+    return out
 
 
 def depth_first(robot: Robot, scope: Scope, visit: Step, complete: Step) -> None:

@@ -37,3 +37,26 @@ def test_fan_out_runs_places_runs_side_by_side_and_long_items_on_warps_of_their_
 def test_fan_out_runs_of_nothing_is_nothing():
     assert sweeps.fan_out_runs([]) == []
     assert sweeps.fan_out_runs([sweeps.Run(0, lambda scope, k: None)]) == []
+
+
+def test_a_span_binds_its_index_and_phases_put_a_barrier_between_non_empty_stages():
+    cols = sweeps.span(4, 7, lambda scope, j: scope.stmt(f"a[{j}] = T(1)"), comment="columns 4 <= j < 7")
+    one = sweeps.Run(1, lambda scope, k: scope.stmt(f"b[{k}] = T(2)"))
+    assert sweeps.span(2, 2, lambda scope, j: None).count == 0
+    assert render(sweeps.phases([[cols], [], [one]], ["the columns", "never", "then b"])) == (
+        "// the columns\n"
+        "for (int k = GRID_TID; k < 3; k += GRID_BLOCK_THREADS) {\n"
+        "    if (k < 3) {\n"
+        "        // columns 4 <= j < 7\n"
+        "        const int j = k + 4;\n"
+        "        a[j] = T(1);\n"
+        "    }\n"
+        "}\n"
+        "__syncthreads();\n"
+        "// then b\n"
+        "for (int k = GRID_TID; k < 1; k += GRID_BLOCK_THREADS) {\n"
+        "    if (k == 0) {\n"
+        "        b[0] = T(2);\n"
+        "    }\n"
+        "}\n"
+    )
