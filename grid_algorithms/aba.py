@@ -162,8 +162,6 @@ class AbaSteps:
         self.sp, self.rel = _Sparsity(robot), relaxation(robot)
         self.fext_guard, self.constexpr = fext_guard, constexpr
         self.a0 = ss.A0
-        self.started: set = set()
-        """Accumulators (IA, a constraint column's pA) already assigned once."""
 
     def get(self, name: str, key) -> list:
         return self.arr[name].get(key)
@@ -173,16 +171,6 @@ class AbaSteps:
         if not self.robot.topology.children[b]:
             return ss.sym6_of(self.robot.bodies[b].inertia)
         return [self.arr["IA"](b, k) for k in range(21)]
-
-    def _accumulate(self, scope: Scope, name: str, key, parts: list, first: list | None) -> None:
-        """``name[key] = first + sum(parts)`` the first time, ``+= sum(parts)`` after."""
-        started = (name, key) in self.started
-        terms = parts if started or first is None else [first, *parts]
-        at = self.arr[name]
-        for k in range(len(terms[0])):
-            total = sum_terms([(t[k],) for t in terms])
-            scope.add_to(at(key, k), total) if started else scope.assign(at(key, k), total)
-        self.started.add((name, key))
 
     # -- the three passes ------------------------------------------------------------
 
@@ -201,9 +189,7 @@ class AbaSteps:
         if self.robot.topology.children[b]:
             arr["v"].put(scope, b, v)
         Iv = scope.let_all(ss.inertia_times(np.asarray(body.inertia), v), "Iv")
-        pA = ss.cross_force(v, Iv)
-        for k in range(6):
-            scope.assign(arr["pA"]((b, 0), k), pA[k])
+        arr["pA"].accumulate(scope, (b, 0), [ss.cross_force(v, Iv)])
         # f_ext is [force; moment]; pA is [moment; force]
         sub = [n.Stmt(f"{arr['pA']((b, 0), k)} -= f_ext[{6 * b + (k + 3) % 6}]") for k in range(6)]
         scope.stmts.append(n.If(self.fext_guard, sub, constexpr=self.constexpr))
@@ -255,11 +241,9 @@ class AbaSteps:
             IAs.append(art.to_parent(scope, X, Ia))
             for j, f in pa.items():
                 pAs.setdefault(j, []).append(scope.let_all(X.force_T(f, scope), "f"))
-        self._accumulate(scope, "IA", parent, IAs, ss.sym6_of(self.robot.bodies[parent].inertia))
+        self.arr["IA"].accumulate(scope, parent, IAs, ss.sym6_of(self.robot.bodies[parent].inertia))
         for j, parts in sorted(pAs.items()):
-            if j == 0:
-                self.started.add(("pA", (parent, 0)))  # pass 1 assigned it
-            self._accumulate(scope, "pA", (parent, j), parts, None)
+            self.arr["pA"].accumulate(scope, (parent, j), parts)  # column 0: pass 1 assigned it
 
     def pass3(self, scope: Scope, body: Body) -> None:
         """a' = X a_parent + c, qdd = D^-1 (u - U^T a'), a = a' + S qdd, per column."""

@@ -69,12 +69,11 @@ def _dot(col: list[float], f) -> object:
 
 
 class CrbaSteps:
-    """CRBA's steps.  ``arr``: ``xi`` and ``M`` (index -> expression), ``IC`` ((body, k) ->
-    expression) for stored composite inertias."""
+    """CRBA's steps.  ``arr``: ``xi`` and ``M`` (index -> expression), ``IC`` (an
+    :class:`~grid_core.emit.storage.Array` by body) for stored composite inertias."""
 
     def __init__(self, robot: Robot, arr: dict):
         self.robot, self.arr = robot, arr
-        self.started: set[int] = set()
 
     def ic(self, b: int) -> list:
         """Body ``b``'s composite inertia: a leaf's is its own, a constant (never stored)."""
@@ -84,16 +83,12 @@ class CrbaSteps:
 
     def gather(self, scope: Scope, parent: int, children) -> None:
         """``IC[parent] = I[parent] + sum_c X_c^T IC[c] X_c`` (or ``+=`` a later child's part)."""
-        acc = None if parent in self.started else ss.rbi_of(self.robot.bodies[parent].inertia)
+        parts = []
         for c in children:
             scope.comment(f"IC[{parent}] += X^T IC[{c}] X ({self.robot.bodies[c].joint.name})")
             X = ss.Transform(self.robot, self.robot.bodies[c], self.arr["xi"], scope)
-            part = ss.inertia_to_parent(X, self.ic(c), scope)
-            acc = part if acc is None else ss.rbi_add(acc, part)
-        for k in range(10):
-            target = self.arr["IC"](parent, k)
-            scope.add_to(target, acc[k]) if parent in self.started else scope.assign(target, acc[k])
-        self.started.add(parent)
+            parts.append(ss.inertia_to_parent(X, self.ic(c), scope))
+        self.arr["IC"].accumulate(scope, parent, parts, ss.rbi_of(self.robot.bodies[parent].inertia))
 
     def walk(self, scope: Scope, body: Body, ic: list, write) -> None:
         """Body ``body``'s columns of M: ``F = IC S``, then ``F = X_j^T F`` up the support,

@@ -13,6 +13,7 @@ declaration; a composing algorithm gets another algorithm's fields (and steps) b
 An :class:`Array` also folds what need not be stored: :meth:`Array.put` records the entries
 that are known at generation time (robot constants, exact zeros) instead of storing them, and
 :meth:`Array.get` returns them folded; a key the field does not hold reads as exact zeros.
+:meth:`Array.accumulate` sums into an entry over several steps (a parent gathering its children).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import attrs
 from ..arena import ArenaRegion
 from ..errors import CodegenError
 from . import nodes as n
-from .expr import Scalar, Scope, is_const
+from .expr import Scalar, Scope, is_const, sum_terms
 
 
 @attrs.frozen(slots=False)
@@ -87,6 +88,8 @@ class Array:
     def __init__(self, field: Field, base: str):
         self.field, self.base = field, base
         self.known: dict[tuple, float] = {}
+        self.started: set = set()
+        """The keys :meth:`accumulate` has assigned."""
 
     @property
     def name(self) -> str:
@@ -117,6 +120,15 @@ class Array:
             else:
                 self.known.pop((key, k), None)
                 scope.assign(self(key, k), x)
+
+    def accumulate(self, scope: Scope, key, parts: Sequence[Sequence[Scalar]], first=None) -> None:
+        """Entry ``key`` ``= first + sum(parts)`` the first time, ``+= sum(parts)`` after."""
+        started = key in self.started
+        terms = parts if started or first is None else [first, *parts]
+        for k in range(len(terms[0])):
+            total = sum_terms([(t[k],) for t in terms])
+            scope.add_to(self(key, k), total) if started else scope.assign(self(key, k), total)
+        self.started.add(key)
 
     def get(self, key, k: int | None = None):
         """Entry ``key`` (scalar ``k``, or the whole entry): recorded constants folded, a key the

@@ -69,3 +69,14 @@ def test_layers_bind_fields_to_the_plan():
         layers.arrays([Field("w", range(3), 6)])
     with pytest.raises(CodegenError, match="no arena region or part .v. of 6 scalars"):
         layers.arrays([Field("v", range(1), 6)])  # the plan's v is 6 per body
+
+
+def test_accumulate_assigns_an_entry_first_and_adds_after():
+    from grid_core.emit.printer import render
+
+    acc = Array(Field("IC", range(2), 2), "s_IC")
+    scope = Scope("t")
+    acc.accumulate(scope, 1, [["x", "y"]], first=[1.0, 0.0])
+    acc.accumulate(scope, 1, [["z", 0.0], ["w", 0.0]])
+    assert acc.started == {1}
+    assert render(scope.body()) == "s_IC[2] = x + T(1.0);\ns_IC[3] = y;\ns_IC[2] += w + z;\n"
