@@ -103,6 +103,24 @@ def relaxation(robot: Robot) -> Relaxation:
     return Relaxation(tuple(index), tuple(width), end, nv, own, C, tuple(rows), owner)
 
 
+def relaxed_map(robot: Robot):
+    """``(rel, G, cols, colbody)``: the relaxation of ``robot``, the map ``G`` (``rel.nv x nv``)
+    from the robot's v to the relaxed velocities (``v_r = G v``; a mimic column carries its
+    multiplier in the mimicked joint's column), each body's relaxed columns and each relaxed
+    column's body."""
+    rel = relaxation(robot)
+    G = np.zeros((rel.nv, robot.nv))
+    G[rel.own, np.arange(robot.nv)] = 1.0
+    cols, colbody = [], np.zeros(rel.nv, dtype=int)
+    for b in robot.bodies:
+        c = np.arange(rel.index[b.index], rel.index[b.index] + rel.width[b.index])
+        cols.append(c)
+        colbody[c] = b.index
+        if b.mimic is not None:
+            G[c[0], b.v_index] = b.mimic.multiplier
+    return rel, G, cols, colbody
+
+
 # -- emitted code: the constraints imposed on a relaxed recursion's results ---------------------
 #
 # The same algebra on scalars (grid_core.emit.expr).  Constraint row k of C is ``(x, y, mult)``:

@@ -10,7 +10,7 @@ single name is one frame; a name shared by several frames means the first, as
 ``robot.frame`` does, and a :class:`~grid_core.model.Frame` of ``robot.frames``
 may be given instead of its name); it is shared by the whole batch.  By default the
 frames are those of the leaf bodies, in the order of ``robot.leaf_bodies()``
-(see :func:`default_frames`).
+(see :func:`grid_core.model.frames.default_frames`).
 """
 
 from __future__ import annotations
@@ -18,53 +18,11 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.errors import InputError
-from grid_core.model import Frame, Robot
+from grid_core.algorithm import frame_inputs
+from grid_core.model import Robot
+from grid_core.model.frames import resolve_frames
+from grid_core.model.spatial import pose_of
 from grid_core.review import ParallelismReview, not_applicable, todo
-
-from .forward_kinematics import pose_of
-
-
-def default_frames(robot: Robot) -> tuple[str, ...]:
-    """The frames chosen when ``frames`` is None: each leaf body's own link frame."""
-    return tuple(robot.bodies[i].name for i in robot.leaf_bodies())
-
-
-def frame_inputs(robot: Robot) -> tuple[Port, ...]:
-    """``(q, frames)``: the inputs of the end-effector family (pose, gradient, Hessian)."""
-    return (
-        Port("q", (robot.nq,), "joint configuration"),
-        Port("frames", (), "frame names (default: the leaf bodies' frames)", kind="option"),
-    )
-
-
-def resolve_frames(robot: Robot, frames, algorithm: str) -> tuple[Frame, ...]:
-    """The :class:`Frame` objects named by ``frames`` (an :class:`InputError` names a bad one)."""
-    if frames is None:
-        return tuple(
-            next(f for f in robot.frames if f.kind == "link" and f.name == name)
-            for name in default_frames(robot)
-        )
-    names = (frames,) if isinstance(frames, str) else frames
-    try:
-        names = tuple(names)
-    except TypeError:
-        raise InputError(f"{algorithm}: argument 'frames' must be frame names, got {frames!r}") from None
-    out = []
-    for name in names:
-        if isinstance(name, Frame) and name in robot.frames:
-            out.append(name)
-            continue
-        if not isinstance(name, str):
-            raise InputError(f"{algorithm}: argument 'frames' must be frame names, got {name!r}")
-        try:
-            out.append(robot.frame(name))
-        except KeyError:
-            raise InputError(
-                f"{algorithm}: argument 'frames': robot '{robot.name}' has no frame '{name}' "
-                f"(its frames are its links and joints, e.g. {', '.join(f.name for f in robot.frames[:4])})"
-            ) from None
-    return tuple(out)
 
 
 def frame_poses(robot: Robot, world_T_body, frames) -> np.ndarray:

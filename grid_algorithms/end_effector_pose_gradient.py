@@ -19,16 +19,16 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
+from grid_core.algorithm import frame_inputs
 from grid_core.model import Robot
+from grid_core.model.frames import resolve_frames
 from grid_core.model.joints import effective_subspace
 from grid_core.review import ParallelismReview, not_applicable, todo
 
-from .end_effector_pose import frame_inputs, frame_poses, resolve_frames
 
 
-def frame_jacobians(robot: Robot, world_T_body, frames) -> np.ndarray:
-    """LOCAL_WORLD_ALIGNED Jacobians from the bodies' world poses."""
-    world_T_frame = frame_poses(robot, world_T_body, frames)
+def frame_jacobians(robot: Robot, world_T_body, world_T_frame, frames) -> np.ndarray:
+    """LOCAL_WORLD_ALIGNED Jacobians from the bodies' and the frames' world poses."""
     J = np.zeros((len(frames), 6, robot.nv))
     for k, f in enumerate(frames):
         p_f = world_T_frame[k, :3, 3]
@@ -55,7 +55,7 @@ For each body :math:`j` supporting the frame (origin :math:`p_f`), with world po
    J_{:, j} = \begin{bmatrix} R_j S^v_j + (R_j S^\omega_j) \times (p_f - p_j) \\
                                R_j S^\omega_j \end{bmatrix} .
 """
-    depends_on = ("forward_kinematics",)
+    depends_on = ("forward_kinematics", "end_effector_pose")
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: the body poses come from "
                           "forward_kinematics (see its review)"),
@@ -76,7 +76,7 @@ For each body :math:`j` supporting the frame (origin :math:`p_f`), with world po
 
     def reference(self, ctx, q, frames=None):
         chosen = resolve_frames(ctx.robot, frames, self.name)
-        return frame_jacobians(ctx.robot, ctx.forward_kinematics(q), chosen)
+        return frame_jacobians(ctx.robot, ctx.forward_kinematics(q), ctx.end_effector_pose(q, chosen), chosen)
 
 
 @hookimpl

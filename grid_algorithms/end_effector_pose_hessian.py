@@ -30,15 +30,16 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
+from grid_core.algorithm import frame_inputs
 from grid_core.model import Robot
+from grid_core.model.frames import resolve_frames
 from grid_core.model.joints import motion_subspace
 from grid_core.review import ParallelismReview, not_applicable, todo
 
-from .end_effector_pose import frame_inputs, frame_poses, resolve_frames
-from .idsva_so import relaxed_map
+from ._mimic import relaxed_map
 
 
-def frame_jacobian_hessians(robot: Robot, world_T_body, frames) -> np.ndarray:
+def frame_jacobian_hessians(robot: Robot, world_T_body, world_T_frame, frames) -> np.ndarray:
     """``(n_frames, 6, nv, nv)`` tangent derivatives of the LOCAL_WORLD_ALIGNED Jacobians."""
     rel, G, cols, colbody = relaxed_map(robot)
     w, n = np.zeros((rel.nv, 3)), np.zeros((rel.nv, 3))  # per relaxed column, world frame
@@ -48,7 +49,7 @@ def frame_jacobian_hessians(robot: Robot, world_T_body, frames) -> np.ndarray:
         w[cols[b.index]] = (R @ S[:3]).T
         n[cols[b.index]] = (R @ S[3:]).T + np.cross(p, (R @ S[:3]).T)
     depth = np.asarray(robot.topology.depth)
-    p_f = frame_poses(robot, world_T_body, frames)[:, :3, 3]
+    p_f = world_T_frame[:, :3, 3]
     H = np.zeros((len(frames), 6, rel.nv, rel.nv))
     for fi, f in enumerate(frames):
         if f.body < 0:
@@ -86,7 +87,7 @@ With :math:`s_c = [\omega_c; \nu_c]` the world-frame column :math:`c` at the wor
         + (\omega_d \times \omega_c) \times p_f \\ \omega_d \times \omega_c \end{bmatrix}
    + \begin{bmatrix} \omega_c \times (\nu_d + \omega_d \times p_f) \\ 0 \end{bmatrix} .
 """
-    depends_on = ("forward_kinematics",)
+    depends_on = ("forward_kinematics", "end_effector_pose")
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: the body poses come from "
                           "forward_kinematics (see its review)"),
@@ -112,7 +113,7 @@ With :math:`s_c = [\omega_c; \nu_c]` the world-frame column :math:`c` at the wor
 
     def reference(self, ctx, q, frames=None):
         chosen = resolve_frames(ctx.robot, frames, self.name)
-        return frame_jacobian_hessians(ctx.robot, ctx.forward_kinematics(q), chosen)
+        return frame_jacobian_hessians(ctx.robot, ctx.forward_kinematics(q), ctx.end_effector_pose(q, chosen), chosen)
 
 
 @hookimpl

@@ -14,17 +14,8 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.model import Robot
 from grid_core.model.joints import body_q, joint_transform
-from grid_core.model.spatial import split_plux
+from grid_core.model.spatial import pose_of
 from grid_core.review import ParallelismReview, not_applicable, todo
-
-
-def pose_of(X) -> np.ndarray:
-    """The homogeneous pose of frame B in frame A, from the Plücker transform A -> B."""
-    E, r = split_plux(X)
-    T = np.eye(4)
-    T[:3, :3] = E.T
-    T[:3, 3] = r
-    return T
 
 
 def forward_kinematics(robot: Robot, q) -> np.ndarray:

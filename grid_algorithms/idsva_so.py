@@ -68,28 +68,10 @@ from grid_core.model.joints import body_q, body_v, joint_transform, motion_subsp
 from grid_core.model.spatial import crf, crm, gravity_accel, icrf, plux_inv
 from grid_core.review import ParallelismReview, todo
 
-from ._mimic import relaxation
+from ._mimic import relaxed_map
 
 
 # -- the relaxed columns ---------------------------------------------------------------
-
-
-def relaxed_map(robot: Robot):
-    """``(rel, G, cols, colbody)``: the relaxation of ``robot``, the map ``G`` (``rel.nv x nv``)
-    from the robot's v to the relaxed velocities (``v_r = G v``; a mimic column carries its
-    multiplier in the mimicked joint's column), each body's relaxed columns and each relaxed
-    column's body."""
-    rel = relaxation(robot)
-    G = np.zeros((rel.nv, robot.nv))
-    G[rel.own, np.arange(robot.nv)] = 1.0
-    cols, colbody = [], np.zeros(rel.nv, dtype=int)
-    for b in robot.bodies:
-        c = np.arange(rel.index[b.index], rel.index[b.index] + rel.width[b.index])
-        cols.append(c)
-        colbody[c] = b.index
-        if b.mimic is not None:
-            G[c[0], b.v_index] = b.mimic.multiplier
-    return rel, G, cols, colbody
 
 
 def contract3(T: np.ndarray, G: np.ndarray) -> np.ndarray:

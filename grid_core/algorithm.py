@@ -96,6 +96,14 @@ def dynamics_inputs(robot: Robot, third: str) -> tuple[Port, ...]:
     )
 
 
+def frame_inputs(robot: Robot) -> tuple[Port, ...]:
+    """``(q, frames)``: the inputs of the end-effector family (pose, gradient, Hessian)."""
+    return (
+        Port("q", (robot.nq,), "joint configuration"),
+        Port("frames", (), "frame names (default: the leaf bodies' frames)", kind="option"),
+    )
+
+
 BACKENDS = ("Reference", "Emulated", "CpuHandle", "RobotHandle")
 """Where an algorithm can run: the float64 numpy reference, and the generated code host-emulated,
 on the CPU and on the GPU."""

@@ -118,6 +118,15 @@ def split_plux(X) -> tuple[np.ndarray, np.ndarray]:
     return E.copy(), np.array([rx[2, 1], rx[0, 2], rx[1, 0]])
 
 
+def pose_of(X) -> np.ndarray:
+    """The homogeneous pose of frame B in frame A, from the Plücker transform A -> B."""
+    E, r = split_plux(X)
+    T = np.eye(4)
+    T[:3, :3] = E.T
+    T[:3, 3] = r
+    return T
+
+
 def plux_inv(X) -> np.ndarray:
     """Inverse of a Plücker motion transform (B->A)."""
     E, r = split_plux(X)

@@ -104,4 +104,4 @@ def test_end_effector_pose_hessian_batch_equals_loop(case, robot_cache, rng):
 
 
 def test_end_effector_pose_hessian_declaration():
-    assert algorithms()["end_effector_pose_hessian"].depends_on == ("forward_kinematics",)
+    assert algorithms()["end_effector_pose_hessian"].depends_on == ("forward_kinematics", "end_effector_pose")
