@@ -9,8 +9,10 @@ frame origin in the world and ``R`` taking frame coordinates to world coordinate
 single name is one frame; a name shared by several frames means the first, as
 ``robot.frame`` does, and a :class:`~grid_core.model.Frame` of ``robot.frames``
 may be given instead of its name); it is shared by the whole batch.  By default the
-frames are those of the leaf bodies, in the order of ``robot.leaf_bodies()``
-(see :func:`grid_core.model.frames.default_frames`).
+frames are the robot's leaf frames: the links of the description's tree with no child
+joint, movable or fixed (a quadruped's feet, an arm's tool frame), on the leaf bodies, in
+``robot.frames`` order (:meth:`~grid_core.model.Robot.leaf_frames`,
+:func:`grid_core.model.frames.default_frames`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def frame_poses(robot: Robot, world_T_body, frames) -> np.ndarray:
 
 class EndEffectorPose(Algorithm):
     name = "end_effector_pose"
-    summary = "world pose of chosen frames (default: the leaf bodies), (n_frames, 4, 4) homogeneous"
+    summary = "world pose of chosen frames (default: the leaf frames), (n_frames, 4, 4) homogeneous"
     math = r"""
 :math:`{}^0T_f = {}^0T_{b(f)}\; {}^{b(f)}T_f`: the world pose of the frame's body (forward
 kinematics) composed with the frame's fixed placement in that body.

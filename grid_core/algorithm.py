@@ -100,7 +100,7 @@ def frame_inputs(robot: Robot) -> tuple[Port, ...]:
     """``(q, frames)``: the inputs of the end-effector family (pose, gradient, Hessian)."""
     return (
         Port("q", (robot.nq,), "joint configuration"),
-        Port("frames", (), "frame names (default: the leaf bodies' frames)", kind="option"),
+        Port("frames", (), "frame names (default: the leaf frames, e.g. the feet)", kind="option"),
     )
 
 

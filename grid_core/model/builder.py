@@ -301,28 +301,30 @@ def build_robot(
     else:
         root_body = -1
 
-    # Depth-first walk; each item: (link name, body it is attached to, X body->link)
-    def walk(link_name: str, body: int, X_bL: np.ndarray) -> None:
-        frames.append(Frame(link_name, "link", body, X_bL))
+    # Depth-first walk; each item: (link name, body it is attached to, X body->link, the index
+    # of the frame the link hangs from); each frame records its parent frame (leaves: no child).
+    def walk(link_name: str, body: int, X_bL: np.ndarray, parent: int) -> None:
+        here = len(frames)
+        frames.append(Frame(link_name, "link", body, X_bL, parent))
         add_inertia(body, X_bL, link_by_name[link_name])
         for j in children.get(link_name, ()):
             X_LC = _origin_X(j)
             X = X_LC @ X_bL
             if j.type is JointType.FIXED:
-                frames.append(Frame(j.name, "fixed_joint", body, X))
+                frames.append(Frame(j.name, "fixed_joint", body, X, here))
                 if body >= 0:
                     specs[body]["links"].append(j.child)
-                walk(j.child, body, X)
+                walk(j.child, body, X, len(frames) - 1)
             else:
                 if j.type is JointType.FLOATING:
                     axis = np.zeros(3)
                 else:
                     axis = j.axis / np.linalg.norm(j.axis)
                 k = new_body(j, body, X, axis)
-                frames.append(Frame(j.name, "joint", k, eye6))
-                walk(j.child, k, eye6)
+                frames.append(Frame(j.name, "joint", k, eye6, here))
+                walk(j.child, k, eye6, len(frames) - 1)
 
-    walk(root, root_body, eye6)
+    walk(root, root_body, eye6, len(frames) - 1)
 
     # q / v indices in body order; mimic bodies borrow the mimicked joint's.
     body_of_joint = {s["joint"].name: i for i, s in enumerate(specs)}

@@ -163,12 +163,16 @@ class Frame:
 
     ``body`` is the index of the body it is rigidly attached to (-1 for the world)
     and ``X`` the Plücker transform from that body's frame to this frame.
+    ``parent`` is the index in ``Robot.frames`` of the frame it hangs from in the
+    description's tree (a link's: its parent joint; a joint's: its parent link; -1 at
+    the top): a link no frame hangs from is a leaf (:meth:`Robot.leaf_frames`).
     """
 
     name: str
     kind: str  # "link", "joint" or "fixed_joint"
     body: int
     X: np.ndarray = _array_field()
+    parent: int = -1
 
 
 @attrs.frozen
@@ -291,8 +295,21 @@ class Robot:
         raise KeyError(name)
 
     def leaf_bodies(self) -> tuple[int, ...]:
-        """Bodies without children: the default end effectors."""
+        """Bodies without children (a body's merged fixed-joint links included)."""
         return self.topology.leaves
+
+    @functools.cached_property
+    def _leaf_frames(self) -> tuple[Frame, ...]:
+        parents = {f.parent for f in self.frames}
+        tips = set(self.leaf_bodies())
+        return tuple(f for k, f in enumerate(self.frames) if f.kind == "link" and k not in parents and f.body in tips)
+
+    def leaf_frames(self) -> tuple[Frame, ...]:
+        """The default end effectors, in ``frames`` order: the leaf links of the description's tree
+        (no child joint, movable or fixed: a quadruped's feet, an arm's tool frame, fixed-joint links
+        included) that ride on a leaf body.  A leaf link on an inner body is a sensor or a part
+        hung off the chain (go2's motor rotors and imu, pr2's base laser), not a tip: left out."""
+        return self._leaf_frames
 
     # -- identity ----------------------------------------------------------------
 
@@ -313,6 +330,9 @@ class Robot:
         for b in self.bodies:
             put(b.index, b.name, b.joint.name, b.jtype.value, b.parent, b.Xtree, b.inertia, b.axis)
             put(b.q_index, b.nq, b.v_index, b.nv, b.mimic)
+        # A frame's parent (the description's tree, hence the default frames) is left out: the
+        # generated code sees the frames chosen (name, body, placement), and the measured
+        # tuning and resource records keyed by this digest stay valid.
         for f in self.frames:
             put(f.name, f.kind, f.body, f.X)
         return h.hexdigest()

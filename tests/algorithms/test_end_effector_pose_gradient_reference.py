@@ -28,7 +28,7 @@ def test_end_effector_pose_gradient_matches_pinocchio(name, floating, robot_cach
     ref = Reference(robot)
     model = pin_model(robot)
     data = model.createData()
-    leaves = [robot.bodies[i].name for i in robot.leaf_bodies()]
+    leaves = robot.leaf_frames()  # the default
     every = list(robot.frames)
     for k in range(20):
         q, _, _ = random_state(robot, rng)
@@ -36,9 +36,8 @@ def test_end_effector_pose_gradient_matches_pinocchio(name, floating, robot_cach
         J = ref.end_effector_pose_gradient(q)
         assert J.shape == (len(leaves), 6, robot.nv)
         expected = np.stack([
-            pin.computeFrameJacobian(model, data, pq, model.getFrameId(n, pin.FrameType.BODY),
-                                     pin.LOCAL_WORLD_ALIGNED)
-            for n in leaves
+            pin.computeFrameJacobian(model, data, pq, pin_frame_id(model, f), pin.LOCAL_WORLD_ALIGNED)
+            for f in leaves
         ])
         assert_close(J, expected, REL, f"{name}: leaf frames")
         if k < 5:  # every frame (up to 163 on pr2): a few states suffice

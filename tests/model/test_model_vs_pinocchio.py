@@ -7,7 +7,8 @@ import pytest
 
 from conftest import ROBOTS, load
 from grid_core.model import JointType, spatial
-from tests.pin_bridge import pin_model
+from grid_core.model.frames import default_frames
+from tests.pin_bridge import pin_frame_id, pin_model
 
 REL = 1e-12
 
@@ -101,3 +102,29 @@ def test_link_frames_match_pinocchio_body_frames(name):
         assert rel(ours.X, spatial.plux(M.rotation.T, M.translation)) <= REL, frame.name
         checked += 1
     assert checked == len(robot.links)
+
+
+@pytest.mark.parametrize("name", list(ROBOTS))
+def test_frame_tree_matches_pinocchio(name):
+    """Each frame's parent is Pinocchio's ``parentFrame`` (-1: its universe frame), and the leaf
+    frames are the links no joint hangs from, on the bodies no movable joint hangs from."""
+    robot = load(name)
+    model = pin_model(robot)
+    ids = [pin_frame_id(model, f) for f in robot.frames]
+    for f, i in zip(robot.frames, ids):
+        expected = model.frames[i].parentFrame
+        assert (ids[f.parent] if f.parent >= 0 else 0) == expected, f.name
+    parents = {j.parent for j in robot.joints}
+    inner = {j.parent for j in robot.joints if j.type is not JointType.FIXED}
+    tips = [f.name for f in robot.frames if f.kind == "link" and f.name not in parents and f.body >= 0
+            and not set(robot.bodies[f.body].links) & inner]
+    assert [f.name for f in robot.leaf_frames()] == tips
+    assert default_frames(robot) == tuple(tips) and tips
+
+
+def test_default_frames_are_the_feet_and_tool_frames():
+    # go2's feet are fixed-joint links merged into the calves; its motor rotors, imu and radar are
+    # leaf links too, on inner bodies (hip, thigh, base): not tips
+    assert default_frames(load("go2")) == ("FL_foot", "FR_foot", "RL_foot", "RR_foot")
+    assert default_frames(load("erd:ur5_robot")) == ("ee_link", "tool0")
+    assert default_frames(load("iiwa14")) == ("iiwa_link_7",)
