@@ -11,6 +11,7 @@ import functools
 import importlib.metadata
 import os
 import sys
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -235,7 +236,7 @@ def list_(obj: _Ctx):
 @_robot_options
 @click.pass_obj
 def info(obj: _Ctx, source, floating_base, strict_inertia, strict):
-    """Describe a robot: dofs, joint order, depth, bodies per BFS level, branch groups."""
+    """Describe a robot: dofs, joint order, depth, bodies per BFS level, branch groups, its frames."""
     robot = _load(source, floating_base, strict_inertia, strict)
     topo = robot.topology
     click.echo(f"robot: {robot.name}  ({robot.source})")
@@ -256,6 +257,30 @@ def info(obj: _Ctx, source, floating_base, strict_inertia, strict):
         click.echo(f"  {b.index:3d} {b.joint.name:<28} {b.jtype.value:<10} {coord:<28} parent {parent}")
         if obj.verbose and len(b.links) > 1:
             click.echo(f"      merged links: {', '.join(b.links)}")
+    _echo_frames(robot)
+
+
+FRAME_KINDS = {"joint": "joint", "link": "link", "fixed_joint": "fixed joint"}
+
+
+def _echo_frames(robot) -> None:
+    """The default frames on one line, then every frame on one line each (index, name, kind, the body
+    it rides on; ``*`` marks a default one): aligned columns, readable at pr2's 163 frames."""
+    from .model.frames import default_frames
+
+    names = default_frames(robot)
+    head = f"default frames ({len(names)}, the leaf frames, used without 'frames'): "
+    click.echo(textwrap.fill(head + ", ".join(names), width=100, subsequent_indent="  ", break_long_words=False,
+                             break_on_hyphens=False))
+    counts = {kind: sum(f.kind == kind for f in robot.frames) for kind in FRAME_KINDS}
+    kinds = ", ".join(f"{n} {FRAME_KINDS[k]}{'s' if n != 1 else ''}" for k, n in counts.items())
+    click.echo(f"frames ({len(robot.frames)}: {kinds}; * a default one), each with the body it rides on:")
+    leaves = {id(f) for f in robot.leaf_frames()}
+    width = max(len(f.name) for f in robot.frames)
+    for k, f in enumerate(robot.frames):
+        body = robot.bodies[f.body].name if f.body >= 0 else "world"
+        mark = "*" if id(f) in leaves else " "
+        click.echo(f"  {k:3d} {mark} {f.name:<{width}} {FRAME_KINDS[f.kind]:<11} on {body}")
 
 
 @main.command()

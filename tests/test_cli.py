@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import grid_core
+from conftest import load
 from grid_core.cli import main
 
 BUILTIN = "grid-rbd 0.1.0"
@@ -118,6 +119,38 @@ def test_info_go2_fixed_base():
     assert "nq: 12  nv: 12  bodies: 12" in result.stdout
     floating = grid("info", "go2")
     assert "nq: 19  nv: 18" in floating.stdout  # its natural base floats
+
+
+def test_info_lists_the_frames_and_the_default_ones():
+    result = grid("info", "go2")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    # go2's feet are fixed-joint links merged into the calves: the default frames all the same
+    assert "default frames (4, the leaf frames, used without 'frames'): FL_foot, FR_foot, RL_foot, " \
+        "RR_foot\n" in out
+    assert "frames (62: 13 joints, 31 links, 18 fixed joints; * a default one), each with the body it rides on:" in out
+    rows = re.findall(r"^ +(\d+) ([* ]) (\S+) +(joint|link|fixed joint) +on (\S+)$", out, re.M)
+    robot = load("go2")
+    assert [(int(k), name, kind) for k, _, name, kind, _ in rows] == \
+        [(k, f.name, f.kind.replace("_", " ")) for k, f in enumerate(robot.frames)]
+    assert {name for _, mark, name, _, _ in rows if mark == "*"} == {"FL_foot", "FR_foot", "RL_foot", "RR_foot"}
+    on = {name: body for _, _, name, _, body in rows}
+    assert on["FL_foot"] == on["FL_foot_joint"] == "FL_calf"  # merged into the calf body
+    assert on["FL_hip_rotor"] == on["imu"] == on["root_joint"] == "base"
+
+
+def test_info_frames_stay_readable_on_pr2():
+    """163 frames: one aligned line each, none wider than 110 characters; the 16 default ones
+    wrapped over lines of at most 100."""
+    out = grid("info", "erd:pr2").stdout
+    section = out[out.index("default frames (16,"):]
+    head, frames = section.split("\nframes (163: 30 joints, 82 links, 51 fixed joints;", 1)
+    assert all(len(line) <= 100 for line in head.splitlines())
+    assert "r_gripper_r_parallel_link" in head and "base_laser_link" not in head  # a sensor on the base
+    rows = frames.splitlines()[1:]
+    assert len(rows) == 163 and all(len(line) <= 110 for line in rows)
+    assert len({line.index(" on ") for line in rows}) == 1  # one column
+    assert re.search(r"^ +0   base_footprint +link +on world$", frames, re.M)  # the fixed base
 
 
 # -- build ---------------------------------------------------------------------------------
