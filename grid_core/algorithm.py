@@ -96,10 +96,12 @@ def dynamics_inputs(robot: Robot, third: str) -> tuple[Port, ...]:
     )
 
 
-def frame_inputs(robot: Robot) -> tuple[Port, ...]:
-    """``(q, frames)``: the inputs of the end-effector family (pose, gradient, Hessian)."""
+def frame_inputs(robot: Robot, *, velocity: bool = False) -> tuple[Port, ...]:
+    """``(q, frames)``: the inputs of the end-effector family (pose, gradient, Hessian); ``(q, qd,
+    frames)`` with ``velocity`` (the Jacobian's time variation)."""
     return (
         Port("q", (robot.nq,), "joint configuration"),
+        *((Port("qd", (robot.nv,), "joint velocity"),) if velocity else ()),
         Port("frames", (), "frame names (default: the leaf frames, e.g. the feet)", kind="option"),
     )
 

@@ -19,6 +19,7 @@ FIRST_ORDER = (
     "forward_kinematics",
     "end_effector_pose",
     "end_effector_pose_gradient",
+    "frame_jacobian_time_variation",
 )
 
 
