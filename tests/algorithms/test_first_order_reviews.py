@@ -20,6 +20,7 @@ FIRST_ORDER = (
     "end_effector_pose",
     "end_effector_pose_gradient",
     "frame_jacobian_time_variation",
+    "operational_space_inertia",
 )
 
 
