@@ -66,16 +66,16 @@ class AbiFunction:
     stage_io: str  # cfg.stage_io of the host form, as Layers.stage_io_rule renders it
 
 
-def abi_functions(robot: Robot, algorithms, dtypes=None) -> list[AbiFunction]:
+def abi_functions(robot: Robot, algorithms, dtypes=None, frames=None) -> list[AbiFunction]:
     """The entries of every algorithm in each precision of ``dtypes`` (keys of :data:`DTYPES`;
-    ``None``: both)."""
+    ``None``: both), for the header generated with ``frames`` (its outputs' sizes)."""
     from .composer import Composer, GenerateOptions
 
     dtypes = tuple(DTYPES) if dtypes is None else tuple(dtypes)
     if not set(dtypes) <= set(DTYPES):
         raise ValueError(f"dtypes must be among {tuple(DTYPES)}, not {dtypes!r}")
     out = []
-    composer = Composer(robot, GenerateOptions())
+    composer = Composer(robot, GenerateOptions(frames=frames))
     for alg in resolve_algorithms(algorithms):
         ins = alg.inputs(robot)
         layers = composer.layers(alg.name)
@@ -85,7 +85,7 @@ def abi_functions(robot: Robot, algorithms, dtypes=None) -> list[AbiFunction]:
                     algorithm=alg.name,
                     symbol=f"grid_abi_{alg.name}_{dt}",
                     dtype=dt,
-                    outputs=tuple(alg.outputs(robot)),
+                    outputs=layers.outputs,
                     inputs=tuple(p for p in ins if p.kind == "state"),
                     params=tuple(p for p in ins if p.kind == "param"),
                     launch=layers.launch,
@@ -101,9 +101,10 @@ def support_text() -> str:
     return importlib.resources.files("grid_core.runtime").joinpath("abi_support.h").read_text()
 
 
-def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "grid", dtypes=None) -> str:
-    """C++ source of the ABI translation unit (``#include``s the header); its entries in each
-    precision of ``dtypes`` (``None``: both; only these instantiate the header's templates)."""
+def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "grid", dtypes=None, frames=None) -> str:
+    """C++ source of the ABI translation unit (``#include``s the header, generated with ``frames``);
+    its entries in each precision of ``dtypes`` (``None``: both; only these instantiate the
+    header's templates)."""
     ns = namespace
     lines = [
         "// Generated C ABI over a GRiD header (grid_core.abi); do not edit.",
@@ -176,7 +177,7 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "}",
         "",
     ]
-    for fn in abi_functions(robot, algorithms, dtypes):
+    for fn in abi_functions(robot, algorithms, dtypes, frames):
         lines += _function_source(fn, ns, robot)
     lines += ['}  // extern "C"', ""]
     return "\n".join(lines)

@@ -106,6 +106,29 @@ def frame_inputs(robot: Robot, *, velocity: bool = False) -> tuple[Port, ...]:
     )
 
 
+def generation_values(alg, robot: Robot, options) -> dict:
+    """``{port: value}`` of ``alg``'s ``"option"`` ports as its generated code fixes them: taken
+    from the header's :class:`~grid_core.composer.GenerateOptions` ``options`` when the code is
+    generated (``frames``: resolved to :class:`~grid_core.model.Frame` objects, an unknown name
+    the :class:`InputError` of :func:`~grid_core.model.frames.resolve_frames`), not kernel
+    arguments.  What ``alg.outputs(robot, **values)`` sizes the generated outputs by."""
+    from .errors import CodegenError, InputError
+    from .model.frames import resolve_frames
+
+    values = {}
+    for p in alg.inputs(robot):
+        if p.kind != "option":
+            continue
+        if p.name != "frames":
+            raise CodegenError(f"{alg.name}: option port '{p.name}' cannot be fixed at generation time "
+                               "(the generator knows 'frames')")
+        frames = resolve_frames(robot, getattr(options, "frames", None), alg.name)
+        if not frames:
+            raise InputError(f"{alg.name}: argument 'frames': choose at least one frame")
+        values["frames"] = frames
+    return values
+
+
 BACKENDS = ("Reference", "Emulated", "CpuHandle", "RobotHandle")
 """Where an algorithm can run: the float64 numpy reference, and the generated code host-emulated,
 on the CPU and on the GPU."""

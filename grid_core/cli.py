@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
-import sys
 import textwrap
 import time
 import warnings
@@ -177,17 +176,20 @@ def summarise_warnings(source: str, caught) -> Warning | None:
 @click.option("-a", "--algorithm", "algorithms", multiple=True, metavar="ALGO",
               help="Algorithm to emit (repeatable; default: every registered one that emits).")
 @click.option("--namespace", default="grid", show_default=True, help="C++ namespace of the header.")
+@click.option("--frame", "frames", multiple=True, metavar="NAME",
+              help="Frame of the end-effector algorithms, in output order (repeatable; a link, joint or fixed "
+                   "joint name; default: each leaf body's link frame).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the header here (default: standard output).")
 @_robot_options
 @click.pass_obj
-def build(obj: _Ctx, source, algorithms, namespace, output, floating_base, strict_inertia, strict):
+def build(obj: _Ctx, source, algorithms, namespace, frames, output, floating_base, strict_inertia, strict):
     """Generate the CUDA header for SOURCE (a bundled name, a URDF path, or LOADER:NAME)."""
     from .composer import generate
 
     t0 = time.perf_counter()
     robot = _load(source, floating_base, strict_inertia, strict)
-    text = generate(robot, list(algorithms) or None, namespace=namespace)
+    text = generate(robot, list(algorithms) or None, namespace=namespace, frames=frames or None)
     dt = time.perf_counter() - t0
     if output is None:
         click.echo(text, nl=False)

@@ -9,7 +9,6 @@ for nodes (:mod:`grid_core.emit.emitter`).
 from __future__ import annotations
 
 import importlib.resources
-import json
 
 import attrs
 
@@ -20,10 +19,13 @@ from .emit.emitter import EmitContext, GridDataField
 from .emit.layers import Layers
 from .emit.expr import Scope
 from .emit.printer import render
+from .algorithm import generation_values
 from .errors import CodegenError, UnsupportedFeatureError
 from .hooks import registry as default_registry
 from .loader import load_robot
 from .model import JointType, Robot
+from .model.frames import resolve_frames
+from .model.spatial import pose_of
 
 GENERATOR_VERSION = "0.1.0"
 
@@ -34,6 +36,15 @@ def _freeze_options(value) -> tuple:
     if isinstance(value, tuple):
         return value
     return tuple(sorted((str(k), tuple(sorted(dict(v).items()))) for k, v in dict(value).items()))
+
+
+def _freeze_frames(value) -> tuple[str, ...] | None:
+    """Frame names as a tuple (a single name is one frame; a :class:`~grid_core.model.Frame` is
+    taken by its name); None stays None (the default choice)."""
+    if value is None:
+        return None
+    names = (value,) if isinstance(value, str) else tuple(value)
+    return tuple(getattr(x, "name", x) for x in names)
 
 
 @attrs.frozen
@@ -49,6 +60,10 @@ class GenerateOptions:
     algorithm_options: tuple = attrs.field(default=(), converter=_freeze_options)
     """Per-algorithm knobs, ``{name: {option: value}}``: each emitter's ``Options`` (e.g.
     ``{"inverse_dynamics": {"p1": "bodies"}}``)."""
+    frames: tuple[str, ...] | None = attrs.field(default=None, converter=_freeze_frames)
+    """The frames of the end-effector family (the algorithms with a ``frames`` option port), fixed
+    at generation time: their outputs are sized for them and their tables baked (None: the
+    default choice of :func:`grid_core.model.frames.resolve_frames`)."""
 
     def __attrs_post_init__(self):
         if not self.namespace.isidentifier():
@@ -164,6 +179,22 @@ def model_tables(robot: Robot) -> list:
         n.ConstArray("double", "XTREE", xtree, per_line=6, comment="parent frame -> joint frame at q = 0"),
         n.ConstArray("double", "INERTIA", inertia, per_line=6, comment="spatial inertia in the body frame"),
         n.ConstArray("double", "AXIS", axis, per_line=3, comment="joint axis in the joint frame"),
+    ]
+
+
+def frame_tables(frames) -> list:
+    """The frames chosen at generation time (the end-effector family's outputs are in this order):
+    each one's body and its constant placement in that body (the kernels fold these; the tables
+    are for code of your own)."""
+    lines = "\n".join(f"  {k}: {f.name} ({f.kind.replace('_', ' ')}, body {f.body})" for k, f in enumerate(frames))
+    placement = [x for f in frames for x in pose_of(f.X)[:3].ravel()]
+    return [
+        n.Comment(f"Frames chosen at generation time (`grid build --frame NAME`), the order of the end-effector\n"
+                  f"outputs:\n{lines}"),
+        n.Stmt(f"static constexpr int NUM_FRAMES = {len(frames)}"),
+        n.ConstArray("int", "FRAME_BODY", [f.body for f in frames], comment="body each frame is fixed to (-1: the world)"),
+        n.ConstArray("double", "FRAME_PLACEMENT", placement, per_line=4,
+                     comment="the frame's pose in its body, [R | p] row-major 3x4 (R: frame -> body coordinates)"),
     ]
 
 
@@ -456,12 +487,13 @@ class Composer:
             tuning = tuning_for(alg, self.robot) if self.opts.tuning else {}
             options = em.resolve_options(options, tuning)
             composed = Layers.composed_names(em, options, tuning)
-            regions = Layers.regions(alg, self.robot, options, em, self.layers, composed)
+            values = generation_values(alg, self.robot, self.opts)
+            regions = Layers.regions(alg, self.robot, options, em, self.layers, composed, values)
             rungs = expand_rungs(alg.name, alg.spill_rungs(self.robot, options), regions,
                                  {c: self.layers(c).plan for c in composed}, declared=em.composes)
             plan = select_rungs(alg.name, regions, rungs, self.opts.target_shared_mem_bytes)
             ctx = EmitContext(robot=self.robot, algorithm=alg, plan=plan, options=self.opts, tuning=tuning,
-                              max_perf_threads=self.max_threads, algorithm_options=options)
+                              max_perf_threads=self.max_threads, algorithm_options=options, values=values)
             layers = self._layers[name] = Layers(ctx, em, self.layers)
         finally:
             self._stack.pop()
@@ -493,9 +525,14 @@ def generate(robot, algorithms=None, *, registry=None, **options) -> str:
         alg.check_robot(robot)
     emitters = [alg.emitter(alg) for alg in selected]
     max_threads = _round_warp(max([e.block_threads_hint(robot) for e in emitters], default=32))
+    if opts.frames is not None:  # an unknown name fails here, whatever the algorithms
+        resolve_frames(robot, opts.frames, "generate")
     fields: list[GridDataField] = []
-    for e in emitters:
-        fields.extend(e.grid_data_fields(robot))
+    chosen = []  # the frames of the algorithms that take them (the same for each)
+    for alg, e in zip(selected, emitters):
+        values = generation_values(alg, robot, opts)
+        fields.extend(e.grid_data_fields(robot, values))
+        chosen += [values["frames"]] if "frames" in values else []
     composer = Composer(robot, opts, reg, max_threads)
     algo_nodes = []
     for alg in selected:
@@ -508,6 +545,7 @@ def generate(robot, algorithms=None, *, registry=None, **options) -> str:
         n.Blank(),
         *model_tables(robot),
         n.Blank(),
+        *([*frame_tables(chosen[0]), n.Blank()] if chosen else []),
         *runtime_support(max_threads),
         n.Blank(),
         *robot_model_struct(),

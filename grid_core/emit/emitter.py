@@ -88,6 +88,16 @@ class EmitContext:
     max_perf_threads: int
     algorithm_options: Any = None
     """This algorithm's ``Emitter.Options`` instance."""
+    values: dict = attrs.field(factory=dict)
+    """The algorithm's option ports fixed at generation time
+    (:func:`~grid_core.algorithm.generation_values`): ``frames``, the resolved frames."""
+
+    @property
+    def frames(self) -> tuple:
+        """The chosen :class:`~grid_core.model.Frame` s (name, kind, body index (-1: the world),
+        ``X``: Plücker transform body -> frame), in output order; empty for an algorithm without
+        a ``frames`` option port."""
+        return tuple(self.values.get("frames", ()))
 
     def knob(self, key: str, unset, default) -> tuple:
         """Algorithm knob ``key`` and where it comes from: the algorithm option where set (not
@@ -148,11 +158,12 @@ class Emitter:
         """gridData field of each output port, where it differs from the port's name."""
         return {}
 
-    def grid_data_fields(self, robot: "Robot") -> tuple[GridDataField, ...]:
-        """Outputs this algorithm adds to ``gridData<T>``."""
+    def grid_data_fields(self, robot: "Robot", values: dict | None = None) -> tuple[GridDataField, ...]:
+        """Outputs this algorithm adds to ``gridData<T>`` (``values``: its generation-time option
+        values, :attr:`EmitContext.values`)."""
         names = self.grid_data_names()
         return tuple(GridDataField(names.get(p.name, p.name), math.prod(p.shape), f"{self.algorithm.name}: {p.doc}")
-                     for p in self.algorithm.outputs(robot))
+                     for p in self.algorithm.outputs(robot, **(values or {})))
 
     def make_options(self, given: dict | None):
         try:

@@ -121,13 +121,14 @@ class Layers:
         self.name = self.alg.name
         self.pfx = self.name.upper()
         self._compose = compose
-        ins, outs = tuple(self.alg.inputs(self.robot)), tuple(self.alg.outputs(self.robot))
+        # 'option' ports are fixed at generation time (ctx.values: the frames), never kernel arguments
+        ins, outs = tuple(self.alg.inputs(self.robot)), tuple(self.alg.outputs(self.robot, **ctx.values))
         self.outputs = outs
         self.states = tuple(p for p in ins if p.kind == "state")
         self.params = tuple(p for p in ins if p.kind == "param")
         for p in ins:
-            if p.kind == "option":
-                raise CodegenError(f"{self.name}: the layer generator takes no 'option' ports ('{p.name}')")
+            if p.kind == "option" and p.name not in ctx.values:
+                raise CodegenError(f"{self.name}: option port '{p.name}' has no generation-time value")
         for p in self.params:
             if p.name not in PARAMS:
                 raise CodegenError(f"{self.name}: param port '{p.name}' has no ParamSpec (known: {', '.join(PARAMS)})")
@@ -162,12 +163,13 @@ class Layers:
         return names
 
     @staticmethod
-    def regions(alg, robot, options, emitter, compose, composed=None) -> tuple[ArenaRegion, ...]:
-        """The whole arena of ``alg``: its ports' I/O regions (fixed), XI (when its inner
-        needs it), its own scratch regions, then those of the inners it composes."""
+    def regions(alg, robot, options, emitter, compose, composed=None, values=None) -> tuple[ArenaRegion, ...]:
+        """The whole arena of ``alg``: its ports' I/O regions (fixed; ``values``: its generation-time
+        option values, the outputs' sizes), XI (when its inner needs it), its own scratch regions,
+        then those of the inners it composes."""
         ins = alg.inputs(robot)
         fixed = [ArenaRegion(p.name, _size(p), f"{p.doc} (kernel output)", spillable=False)
-                 for p in alg.outputs(robot)]
+                 for p in alg.outputs(robot, **(values or {}))]
         fixed += [ArenaRegion(p.name, _size(p), f"{p.doc} (kernel input)", spillable=False)
                   for p in ins if p.kind == "state" and p.name not in emitter.global_inputs]
         scratch = [xi_region(robot)] if emitter.needs_ximats else []

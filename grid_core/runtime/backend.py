@@ -756,7 +756,8 @@ class Emulated(AbiBackend):
 
         header = generate(self.robot, self.algorithms, **self.generate_options)
         ns = self.generate_options.get("namespace", "grid")
-        return {"grid.cuh": header, "abi.cpp": abi_source(self.robot, self.algorithms, "grid.cuh", ns)}
+        return {"grid.cuh": header, "abi.cpp": abi_source(self.robot, self.algorithms, "grid.cuh", ns,
+                                                          frames=self.generate_options.get("frames"))}
 
     def library_path(self, quiet: bool = True):
         """The compiled library (built on first use; ``quiet=False`` reports the build as the GPU

@@ -49,14 +49,14 @@ def compiler_identity(compiler: str) -> dict:
             "march": target[0] if target else platform.processor() or platform.machine()}
 
 
-def cpu_entries(robot, algorithms, dtypes=None) -> str:
+def cpu_entries(robot, algorithms, dtypes=None, frames=None) -> str:
     """The numpy entries of the CPU build: per algorithm and precision, the host form's
     signature with ``workers`` in place of ``transfer``; NaN and inf in a state input
     return ``GRID_ABI_NONFINITE_INPUT - k`` as the host form does."""
     from ..abi import DTYPES, PACKED_TAIL, abi_functions
 
     lines = ['extern "C" {']
-    for fn in abi_functions(robot, algorithms, dtypes):
+    for fn in abi_functions(robot, algorithms, dtypes, frames):
         T = DTYPES[fn.dtype]
         ports = [*fn.outputs, *fn.inputs, *fn.params]
         args = [f"{T} *{p.name}" for p in fn.outputs] + [f"const {T} *{p.name}" for p in (*fn.inputs, *fn.params)]
@@ -101,9 +101,9 @@ def cpu_sources(robot, algorithms=None, dtypes=None, **generate_options) -> dict
     from ..composer import generate
 
     header = generate(robot, algorithms, **generate_options)
-    ns = generate_options.get("namespace", "grid")
-    return {"grid.cuh": header, "abi.cpp": abi_source(robot, algorithms, "grid.cuh", ns, dtypes) + "\n" +
-            cpu_entries(robot, algorithms, dtypes)}
+    ns, frames = generate_options.get("namespace", "grid"), generate_options.get("frames")
+    return {"grid.cuh": header, "abi.cpp": abi_source(robot, algorithms, "grid.cuh", ns, dtypes, frames) + "\n" +
+            cpu_entries(robot, algorithms, dtypes, frames)}
 
 
 def build_cpu_library(robot, algorithms=None, *, dtypes=None, quiet: bool = False, **generate_options):

@@ -25,7 +25,8 @@ def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet:
     arch = arch or cuda_arch()
     header = generate(robot, algorithms, **generate_options)
     ns = generate_options.get("namespace", "grid")
-    sources = {"grid.cuh": header, "abi.cu": abi_source(robot, algorithms, "grid.cuh", ns)}
+    sources = {"grid.cuh": header,
+               "abi.cu": abi_source(robot, algorithms, "grid.cuh", ns, frames=generate_options.get("frames"))}
     names = ",".join(a.name for a in resolve_algorithms(algorithms))
     label = f"gpu-{robot.name.replace('/', '_')}"
     cmd = nvcc_command(nvcc, arch)
