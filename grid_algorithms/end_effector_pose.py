@@ -21,10 +21,17 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import frame_inputs
+from grid_core.arena import ALL_SCRATCH, SpillRung
+from grid_core.emit import nodes as n
+from grid_core.emit import spatial_steps as ss
+from grid_core.emit import sweeps
+from grid_core.emit.emitter import Emitter
+from grid_core.emit.expr import Scope
+from grid_core.emit.storage import Array, Field, local_declaration, regions
 from grid_core.model import Robot
 from grid_core.model.frames import resolve_frames
 from grid_core.model.spatial import pose_of
-from grid_core.review import ParallelismReview, not_applicable, todo
+from grid_core.review import ParallelismReview, done
 
 
 def frame_poses(robot: Robot, world_T_body, frames) -> np.ndarray:
@@ -36,6 +43,107 @@ def frame_poses(robot: Robot, world_T_body, frames) -> np.ndarray:
     return out
 
 
+# -- code generation -------------------------------------------------------------------
+#
+# The frames are chosen at generation time (grid build --frame): only the bodies supporting one
+# (the ancestors of its body, and the body) get their world frame, root to leaves
+# (spatial_steps.root_frame, the inverse-dynamics gradient's step too), stored for the frames and
+# the children that read it; then each frame's pose is its body's frame composed with its constant
+# placement, folded.  The frame Jacobians (end_effector_pose_gradient) run these steps by handle.
+
+
+def support(robot: Robot, frames) -> tuple[int, ...]:
+    """The bodies supporting a chosen frame, in body order (parents first)."""
+    return tuple(sorted({j for f in frames if f.body >= 0 for j in robot.topology.support[f.body]}))
+
+
+def fields(robot: Robot, frames) -> tuple[Field, ...]:
+    """The world frame ``^bX_world`` (E row-major, then r: 12 scalars) of each supporting body."""
+    return (Field("body_frames", support(robot, frames), 12, "world frame of each body supporting a chosen frame"),)
+
+
+def pose_field(frames) -> Field:
+    """The output, one 4x4 pose (16 scalars, row-major) per chosen frame."""
+    return Field("world_T_frame", range(len(frames)), 16, "world pose of each chosen frame")
+
+
+class PoseSteps:
+    """The steps, on ``frames`` (the chosen :class:`~grid_core.model.Frame` s), the supporting bodies'
+    frames ``arr`` (:func:`fields`) and the transform data ``xi``: :meth:`body` root to leaves over
+    :attr:`bodies`, then :meth:`frame` (or :meth:`pose`) of each chosen frame."""
+
+    def __init__(self, robot: Robot, frames, arr: Array, xi):
+        self.robot, self.frames, self.arr, self.xi = robot, tuple(frames), arr, xi
+        self.bodies = support(robot, frames)
+
+    def body_frame(self, b: int):
+        """``(E, r)`` of supporting body ``b``, as stored (its constants folded)."""
+        return ss.frame_of(self.arr.get(b))
+
+    def body(self, scope: Scope, body) -> None:
+        """The world frame of a supporting body, from its parent's and its joint transform."""
+        p = body.parent
+        scope.comment(f"body {body.index} ({body.joint.name}): its world frame")
+        E, r = ss.root_frame(self.robot, body, self.body_frame(p) if p >= 0 else None, self.xi, scope, world=True)
+        self.arr.put(scope, body.index, ss.frame_entries(E, r))
+
+    def frame(self, k: int):
+        """``(E, r)`` of chosen frame ``k``: its body's world frame placed (constants folded)."""
+        f = self.frames[k]
+        return ss.placed_frame(self.body_frame(f.body) if f.body >= 0 else None, f.X)
+
+    def pose(self, scope: Scope, k: int, out: Array) -> None:
+        f = self.frames[k]
+        scope.comment(f"frame {k} ({f.name}, {f.kind.replace('_', ' ')} of body {f.body}): its pose")
+        for i, x in enumerate(ss.pose_entries(*self.frame(k))):
+            scope.assign(out(k, i), x)
+
+
+class EndEffectorPoseEmitter(Emitter):
+    Options = sweeps.SweepOptions
+
+    def block_threads_hint(self, robot: Robot) -> int:
+        return 32 * robot.topology.max_level_width  # one warp per body of the widest level (P1)
+
+    def inner_doc(self, layers) -> str:
+        names = ", ".join(f.name for f in layers.ctx.frames)
+        return f"Frames (chosen at generation time): {names}.  Sweep form: {sweeps.form_of(layers.ctx)}."
+
+    def fields(self, layers) -> tuple:
+        return fields(layers.robot, layers.ctx.frames)
+
+    def steps(self, layers, arrays, io, *, local):
+        """The steps (:class:`PoseSteps`) on this algorithm's frames and region, reading the caller's XI."""
+        return PoseSteps(layers.robot, layers.ctx.frames, arrays["body_frames"], io["xi"])
+
+    def _own(self, layers, local: bool) -> PoseSteps:
+        return self.steps(layers, layers.arrays(self.fields(layers), local), layers.vectors(local), local=local)
+
+    def inner_body(self, layers) -> list:
+        steps = self._own(layers, False)
+        out = layers.arrays([pose_field(steps.frames)])["world_T_frame"]
+        return [
+            n.Comment(f"root to leaves, the world frames of the {len(steps.bodies)} bodies supporting a frame"),
+            *sweeps.forward(layers.robot, steps.body, sweeps.form_of(layers.ctx), bodies=steps.bodies),
+            n.Comment("each frame's pose, one thread each (P2)"),
+            *sweeps.fan_out([(k,) for k in range(len(steps.frames))], lambda sc, k: steps.pose(sc, k, out)),
+        ]
+
+    def state_body(self, layers) -> list:
+        robot, io = layers.robot, layers.vectors(local=True)
+        steps = self._own(layers, True)
+        out = layers.arrays([pose_field(steps.frames)], local=True)["world_T_frame"]
+        scope = Scope("t")
+        for b in steps.bodies:
+            ss.xi_update(scope, robot, robot.bodies[b], io["q"], io["xi"])
+        for b in steps.bodies:
+            steps.body(scope, robot.bodies[b])
+        for k in range(len(steps.frames)):
+            steps.pose(scope, k, out)
+        return [local_declaration([steps.arr], ["XI[XI_SIZE]"], "registers: every index is a constant"),
+                *scope.body()]
+
+
 class EndEffectorPose(Algorithm):
     name = "end_effector_pose"
     summary = "world pose of chosen frames (default: the leaf frames), (n_frames, 4, 4) homogeneous"
@@ -44,14 +152,19 @@ class EndEffectorPose(Algorithm):
 kinematics) composed with the frame's fixed placement in that body.
 """
     depends_on = ("forward_kinematics",)
+    emitter = EndEffectorPoseEmitter
     review = ParallelismReview(
-        P1=not_applicable("no tree recursion of its own: the body poses come from "
-                          "forward_kinematics (see its review)"),
-        P2=todo("the frames are independent: one thread group per frame for the final product"),
-        P3=todo("only the bodies supporting a chosen frame are needed: restrict the forward "
-                "kinematics pass to their union, computed offline"),
-        P4=todo("bake each chosen frame's body index and its constant 3x4 placement (zeros folded) "
-                "as offline tables"),
+        P1=done("block layout: the supporting bodies' world frames are composed root to leaves level by "
+                "level, the bodies of a level in parallel (one warp each, one barrier per level)"),
+        P2=done("the frames are independent once their bodies' frames are known: one thread each"),
+        P3=done("only the bodies supporting a chosen frame are computed (their union, baked at generation "
+                "time), and their joints' configuration data in one parallel pass (load_update_XImats)"),
+        P4=done("the frames are chosen at generation time: each one's body and its constant placement are "
+                "folded into its code; frames are composed as (E, r), 12 scalars, constants folded"),
+        notes="two layouts: block-cooperative (one block per state, the inline rung) and per-state (one "
+              "thread per state, straight-line code); the launcher picks by END_EFFECTOR_POSE_PER_STATE_MIN_N "
+              "(default 1: not yet measured on the GPU).  The reference takes any frames per call; the "
+              "generated code, those it was generated for (grid build --frame)",
     )
 
     def inputs(self, robot: Robot):
@@ -64,6 +177,15 @@ kinematics) composed with the frame's fixed placement in that body.
     def reference(self, ctx, q, frames=None):
         chosen = resolve_frames(ctx.robot, frames, self.name)
         return frame_poses(ctx.robot, ctx.forward_kinematics(q), chosen)
+
+    def arenas(self, robot: Robot, options=None, frames=None):
+        return regions(fields(robot, resolve_frames(robot, frames, self.name)))
+
+    def spill_rungs(self, robot: Robot, options=None):
+        return (SpillRung(0, "all in shared memory"),
+                SpillRung(1, "the body frames in global", {"body_frames"}, "the supporting bodies' frames go to "
+                          "d_workspace"),
+                SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "the transform data too"))
 
 
 @hookimpl

@@ -20,11 +20,17 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import frame_inputs
+from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
+from grid_core.emit import nodes as n
+from grid_core.emit import spatial_steps as ss
+from grid_core.emit import sweeps
+from grid_core.emit.emitter import Emitter
+from grid_core.emit.expr import ROTATION_TOL, Scope, clean, cross, matTvec, sub, sum_terms
+from grid_core.emit.storage import Array, Field, local_declaration, plus
 from grid_core.model import Robot
 from grid_core.model.frames import resolve_frames
-from grid_core.model.joints import effective_subspace
-from grid_core.review import ParallelismReview, not_applicable, todo
-
+from grid_core.model.joints import effective_subspace, support_columns
+from grid_core.review import ParallelismReview, done
 
 
 def frame_jacobians(robot: Robot, world_T_body, world_T_frame, frames) -> np.ndarray:
@@ -43,6 +49,132 @@ def frame_jacobians(robot: Robot, world_T_body, world_T_frame, frames) -> np.nda
     return J
 
 
+# -- code generation -------------------------------------------------------------------
+#
+# On end_effector_pose's steps, by handle (its supporting bodies' world frames, its frames' origins):
+# each (frame, column) pair of the frame's support is independent, J[:3, c] = sum over the bodies
+# adding into column c (a mimic's into its mimicked joint's, times the multiplier) of
+# R_j S^v + (R_j S^w) x (p_f - p_j), J[3:, c] = sum of R_j S^w (R_j = E_j^T); the columns outside
+# the frame's support are structural zeros, written as such.
+
+
+def columns(robot: Robot, frame) -> dict[int, list]:
+    """The frame's support columns: v index -> the ``(body, S column)`` adding into it, constants
+    cleaned (:func:`~grid_core.model.joints.support_columns`)."""
+    return {c: [(j, [clean(x, ROTATION_TOL) for x in s]) for j, s in ts]
+            for c, ts in support_columns(robot, frame.body).items()}
+
+
+def zero_runs(nv: int, support) -> list[tuple[int, int]]:
+    """The ranges ``[first, end)`` of the columns outside ``support``."""
+    runs, first = [], None
+    for c in range(nv + 1):
+        if c < nv and c not in support:
+            first = c if first is None else first
+        elif first is not None:
+            runs.append((first, c))
+            first = None
+    return runs
+
+
+def jacobian_field(robot: Robot, frames) -> Field:
+    """The output, a 6 x nv row-major matrix per chosen frame."""
+    return Field("J", range(len(frames)), 6 * robot.nv, "frame Jacobians")
+
+
+class JacobianSteps:
+    """The frame Jacobians' steps on end_effector_pose's (``pose``, by handle: its supporting bodies'
+    frames and its frames): each frame's support columns (:func:`columns`), each term's world axis
+    and linear column at the frame origin, and a whole column."""
+
+    def __init__(self, robot: Robot, pose):
+        self.robot, self.pose = robot, pose
+        self.cols = [columns(robot, f) for f in pose.frames]
+
+    def origin(self, scope: Scope, k: int) -> list:
+        """Frame ``k``'s origin in the world, ``p_f``."""
+        return scope.let_all(self.pose.frame(k)[1], "pf")
+
+    def term(self, scope: Scope, j: int, s, p_f) -> tuple[list, list]:
+        """``(R_j S^w, R_j S^v + (R_j S^w) x (p_f - p_j))`` of body ``j``'s subspace column ``s``."""
+        E, r = self.pose.body_frame(j)
+        w = scope.let_all(matTvec(E, s[:3]), "w")
+        wxd = cross(w, [sub(p_f[i], r[i]) for i in range(3)])
+        return w, [sum_terms([(u,), (x,)]) for u, x in zip(matTvec(E, s[3:]), wxd)]
+
+    def column(self, scope: Scope, k: int, c: int, p_f, J: Array) -> None:
+        """Column ``c`` of frame ``k``'s Jacobian: its terms summed, rows [linear; angular]."""
+        nv = self.robot.nv
+        parts = [self.term(scope, j, s, p_f) for j, s in self.cols[k][c]]
+        for row in range(6):
+            scope.assign(J(k, row * nv + c), sum_terms([(x[1 - row // 3][row % 3],) for x in parts]))
+
+
+class EndEffectorPoseGradientEmitter(Emitter):
+    Options = sweeps.SweepOptions
+    composes = ("end_effector_pose",)
+
+    def block_threads_hint(self, robot: Robot) -> int:
+        return max(32 * robot.topology.max_level_width, robot.nv)  # the sweep's warps, then the pairs (P2)
+
+    def inner_doc(self, layers) -> str:
+        names = ", ".join(f.name for f in layers.ctx.frames)
+        return f"Frames (chosen at generation time): {names}.  Sweep form: {sweeps.form_of(layers.ctx)}."
+
+    def fields(self, layers) -> tuple:
+        ee = layers.compose("end_effector_pose")
+        return ee.emitter.fields(ee)
+
+    def steps(self, layers, arrays, io, *, local):
+        """The steps (:class:`JacobianSteps`) on end_effector_pose's, bound to ``arrays`` and ``io``."""
+        ee = layers.compose("end_effector_pose")
+        return JacobianSteps(layers.robot, ee.emitter.steps(ee, arrays, io, local=local))
+
+    def _parts(self, layers, local: bool):
+        steps = JacobianSteps(layers.robot, layers.steps("end_effector_pose", local=local))
+        return steps, layers.arrays([jacobian_field(layers.robot, steps.pose.frames)], local)["J"]
+
+    def inner_body(self, layers) -> list:
+        robot, nv = layers.robot, layers.robot.nv
+        steps, J = self._parts(layers, False)
+        pose = steps.pose
+        pairs = [(k, c) for k, by in enumerate(steps.cols) for c in sorted(by)]
+
+        def zeros(k):
+            return lambda scope, j: [scope.assign(J(k, plus(j, row * nv)), 0.0) for row in range(6)]
+
+        runs = [sweeps.span(a, b, zeros(k), comment=f"frame {k}: columns {a}..{b - 1} do not move it")
+                for k, by in enumerate(steps.cols) for a, b in zero_runs(nv, by)]
+        return [
+            n.Comment("end_effector_pose's sweep (its step, by handle): the world frames of the bodies supporting a frame"),
+            *sweeps.forward(robot, pose.body, sweeps.form_of(layers.ctx), bodies=pose.bodies),
+            n.Comment(f"the {len(pairs)} (frame, column) pairs of the frames' supports, one thread each (P2)"),
+            *sweeps.fan_out(pairs, lambda sc, k, c: steps.column(sc, k, c, steps.origin(sc, k), J)),
+            n.Comment("the structural zeros: the columns outside each frame's support"),
+            *sweeps.fan_out_runs(runs),
+        ]
+
+    def state_body(self, layers) -> list:
+        robot, io = layers.robot, layers.vectors(local=True)
+        steps, J = self._parts(layers, True)
+        pose = steps.pose
+        scope = Scope("t")
+        for b in pose.bodies:
+            ss.xi_update(scope, robot, robot.bodies[b], io["q"], io["xi"])
+        for b in pose.bodies:
+            pose.body(scope, robot.bodies[b])
+        for k, by in enumerate(steps.cols):
+            p_f = steps.origin(scope, k)
+            for c in range(robot.nv):
+                if c in by:
+                    steps.column(scope, k, c, p_f, J)
+                else:
+                    for row in range(6):
+                        scope.assign(J(k, row * robot.nv + c), 0.0)
+        return [local_declaration([pose.arr], ["XI[XI_SIZE]"], "registers: every index is a constant"),
+                *scope.body()]
+
+
 class EndEffectorPoseGradient(Algorithm):
     name = "end_effector_pose_gradient"
     summary = "frame Jacobians (n_frames, 6, nv), [linear; angular] in world-aligned axes at the frame origin"
@@ -56,15 +188,20 @@ For each body :math:`j` supporting the frame (origin :math:`p_f`), with world po
                                R_j S^\omega_j \end{bmatrix} .
 """
     depends_on = ("forward_kinematics", "end_effector_pose")
+    emitter = EndEffectorPoseGradientEmitter
     review = ParallelismReview(
-        P1=not_applicable("no tree recursion of its own: the body poses come from "
-                          "forward_kinematics (see its review)"),
-        P2=todo("every (frame, column) pair is independent once the poses are known: fan them "
-                "across threads (upstream's end_effector_pose_gradient walks them serially)"),
-        P3=todo("the world axes R_j S_j and origins p_j are per-body and frame-independent: compute "
-                "them once per body, then only the cross product with each frame's origin remains"),
-        P4=todo("columns outside a frame's support are structural zeros: bake each frame's support "
-                "column map offline and write only those entries"),
+        P1=done("block layout: end_effector_pose's sweep by handle, the supporting bodies' world frames "
+                "level by level, the bodies of a level in parallel (one barrier per level)"),
+        P2=done("every (frame, column) pair of the frames' supports is one thread, no barrier between "
+                "them (upstream walks them serially); the structural zeros a fan-out of column runs"),
+        P3=done("the body frames are computed once per body by the pose's sweep, shared by every frame "
+                "and column; a pair costs R_j S and one cross product with the frame origin"),
+        P4=done("each frame's support column map is baked at generation time: only its columns are "
+                "computed, the rest written as zeros; frames, placements and joint axes folded"),
+        notes="two layouts: block-cooperative (one block per state, the inline rung) and per-state (one "
+              "thread per state, straight-line code); the launcher picks by "
+              "END_EFFECTOR_POSE_GRADIENT_PER_STATE_MIN_N (default 1: not yet measured on the GPU).  The "
+              "generated code takes the frames it was generated for (grid build --frame)",
     )
 
     def inputs(self, robot: Robot):
@@ -77,6 +214,15 @@ For each body :math:`j` supporting the frame (origin :math:`p_f`), with world po
     def reference(self, ctx, q, frames=None):
         chosen = resolve_frames(ctx.robot, frames, self.name)
         return frame_jacobians(ctx.robot, ctx.forward_kinematics(q), ctx.end_effector_pose(q, chosen), chosen)
+
+    def arenas(self, robot: Robot, options=None, frames=None):
+        return ()  # end_effector_pose's body frames, composed
+
+    def spill_rungs(self, robot: Robot, options=None):
+        return (SpillRung(0, "all in shared memory"),
+                SpillRung(1, "the body frames in global", {callee_rung("end_effector_pose", 1)},
+                          "what end_effector_pose's rung 1 spills"),
+                SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "the transform data too"))
 
 
 @hookimpl

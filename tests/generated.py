@@ -29,6 +29,8 @@ NVCC_SAMPLE = ["iiwa14", "erd:panda", "erd:double_pendulum_continuous", "erd:sol
 algorithms at every tier, both precisions and both rungs takes minutes per humanoid; the GPU
 check builds those)."""
 NVCC_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else NVCC_SAMPLE
+SWEEP_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else SAMPLE_ROBOTS
+"""The robots of the checks that run on CI's sample (every robot under GRID_FULL_SWEEP=1)."""
 NVCC_GRADIENT_SAMPLE = ["iiwa14", "erd:double_pendulum_continuous"]
 """CI's nvcc check of the gradients (every tier, both precisions, both rungs): nvcc -O3 of the
 forward-dynamics gradient, which inlines forward dynamics, minv and the inverse-dynamics
@@ -81,13 +83,14 @@ def backend_cases() -> list:
     return [pytest.param("reference", name, False, id=f"reference-{name}") for name in CODEGEN_ROBOTS] + robot_cases()
 
 
-def robot_cases(kinds=("emulated", "gpu"), spills=(False, True)) -> list:
-    """``(kind, name, spill)`` parameters: host emulation on every CODEGEN_ROBOTS robot, the GPU
-    on GPU_ROBOTS (each library is an nvcc build of tens of seconds on the device machine)."""
+def robot_cases(kinds=("emulated", "gpu"), spills=(False, True), robots=None) -> list:
+    """``(kind, name, spill)`` parameters: host emulation on every CODEGEN_ROBOTS robot (or those of
+    ``robots``), the GPU on GPU_ROBOTS (each library is an nvcc build of tens of seconds on the
+    device machine)."""
     out = []
     for kind in kinds:
         marks = [pytest.mark.gpu] if kind == "gpu" else []
-        for name in (GPU_ROBOTS if kind == "gpu" else CODEGEN_ROBOTS):
+        for name in (GPU_ROBOTS if kind == "gpu" else robots or CODEGEN_ROBOTS):
             for spill in spills:
                 rung = "deepest-rung" if spill else "rung0"
                 out.append(pytest.param(kind, name, spill, id=f"{kind}-{name}-{rung}", marks=marks))
@@ -140,6 +143,17 @@ def launches(kind: str, name: str, spill: bool, dtype, algorithm: str) -> list:
     runs = [("block", t) for t in (0, 1, 2)] + [("per_state", 0)]
     return [(f"{layout} tier {tier}", getattr(b.with_launch(layout=layout, tier=tier), algorithm))
             for layout, tier in runs]
+
+
+def check_launches(kind: str, name: str, spill: bool, algorithm: str, inputs: tuple, expected) -> None:
+    """``algorithm`` on ``inputs`` equals ``expected`` (the Reference's) on every launch of
+    :func:`launches`, float64 at 1e-9 and float32 at 1e-4."""
+    from grid_core.testing import assert_close
+
+    for dtype in (np.float64, np.float32):
+        for what, fn in launches(kind, name, spill, dtype, algorithm):
+            assert_close(fn(*inputs), expected, TOL[dtype],
+                         f"{name} {algorithm} {np.dtype(dtype).name} {what} spill={spill}")
 
 
 def check_staged_batch(kind: str, name: str, algorithm: str, rng) -> None:

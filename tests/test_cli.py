@@ -90,6 +90,17 @@ def test_list_names_builtin_loaders_and_algorithms_with_their_distribution():
     assert listed == list(reg.algorithms)
 
 
+def test_list_shows_the_kinematics_generated():
+    result = grid("list")
+    assert result.exit_code == 0, result.output
+    algorithms = result.stdout.split("robot loaders:\n")[0].splitlines()
+    table = result.stdout.split("RobotHandle: on the GPU):\n")[1]
+    for name in ("forward_kinematics", "end_effector_pose", "end_effector_pose_gradient"):
+        line = next(x for x in algorithms if x.split()[:1] == [name])
+        assert "[reference only]" not in line, line
+        assert re.search(rf"^  {name} +yes +yes +yes +yes$", table, re.M), name
+
+
 # -- info ----------------------------------------------------------------------------------
 
 def test_info_hyq():

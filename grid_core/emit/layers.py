@@ -173,7 +173,7 @@ class Layers:
         fixed += [ArenaRegion(p.name, _size(p), f"{p.doc} (kernel input)", spillable=False)
                   for p in ins if p.kind == "state" and p.name not in emitter.global_inputs]
         scratch = [xi_region(robot)] if emitter.needs_ximats else []
-        scratch += list(alg.arenas(robot, options))
+        scratch += list(alg.arenas(robot, options, **(values or {})))  # frames too, where it takes them
         own = {r.name for r in fixed + scratch}
         if len(own) != len(fixed + scratch):
             raise CodegenError(f"{alg.name}: an arena region is declared twice ({[r.name for r in fixed + scratch]})")

@@ -202,12 +202,57 @@ def root_frame(robot: Robot, body: Body, parent_frame, xi: Index, scope: Scope,
     return E, scope.let_all([sum_terms([(rp[k],), (t,)]) for k, t in enumerate(matTvec(Ep, rb))], "Wr")
 
 
-def root_frames(robot: Robot, xi: Index, scope: Scope, world: bool = False) -> dict[int, tuple[list, list]]:
-    """:func:`root_frame` of every body, composed down the tree."""
+def root_frames(robot: Robot, xi: Index, scope: Scope, world: bool = False,
+                bodies: Sequence[int] | None = None) -> dict[int, tuple[list, list]]:
+    """:func:`root_frame` of every body (``bodies``: of these only, a set closed under parents such
+    as the support of a frame), composed down the tree."""
     out: dict[int, tuple[list, list]] = {}
-    for body in robot.bodies:
-        out[body.index] = root_frame(robot, body, out.get(body.parent), xi, scope, world)
+    for b in range(robot.num_bodies) if bodies is None else sorted(bodies):
+        body = robot.bodies[b]
+        out[b] = root_frame(robot, body, out.get(body.parent), xi, scope, world)
     return out
+
+
+# -- frames and poses ----------------------------------------------------------------------
+#
+# A frame's ^fX_world as (E, r) (root_frame's form): E takes world coordinates to the frame's, r is
+# its origin in the world.  Its pose, as forward kinematics outputs it, is [[E^T, r], [0, 1]].
+
+
+def frame_entries(E, r) -> list[Scalar]:
+    """``(E, r)`` as the 12 scalars a sweep stores: ``E`` row-major, then ``r``."""
+    return [x for row in E for x in row] + list(r)
+
+
+def frame_of(entries: Sequence[Scalar]) -> tuple[list, list]:
+    """The ``(E, r)`` of :func:`frame_entries`' 12 scalars."""
+    return [list(entries[3 * i:3 * i + 3]) for i in range(3)], list(entries[9:12])
+
+
+def pose_entries(E, r) -> list[Scalar]:
+    """The homogeneous pose ``[[R, p], [0, 0, 0, 1]]`` (16 scalars, row-major) of the frame
+    ``(E, r)``: ``R = E^T`` takes the frame's coordinates to the world's, ``p = r`` (Pinocchio's
+    ``oMi`` and ``oMf``)."""
+    return [x for i in range(3) for x in (E[0][i], E[1][i], E[2][i], r[i])] + [0.0, 0.0, 0.0, 1.0]
+
+
+def pose_frame(entries: Sequence[Scalar]) -> tuple[list, list]:
+    """The ``(E, r)`` of a pose's 16 scalars (:func:`pose_entries`)."""
+    return [[entries[4 * j + i] for j in range(3)] for i in range(3)], [entries[4 * i + 3] for i in range(3)]
+
+
+def placed_frame(frame, X) -> tuple[list, list]:
+    """``^fX_world = X ^bX_world``: the frame at the constant placement ``X`` (Plücker, body ->
+    frame) in a body whose ``^bX_world`` is ``frame`` (None: fixed in the world), its constants
+    folded: ``E_f = E_X E``, ``r_f = r + E^T r_X``."""
+    EX, rX = split_plux(np.asarray(X))
+    EX, rX = _const3(EX), [clean(x) for x in rX]
+    if frame is None:
+        return EX, rX
+    E, r = frame
+    cols = [matvec(EX, [E[k][j] for k in range(3)]) for j in range(3)]  # (E_X E)[:, j]
+    return [[cols[j][i] for j in range(3)] for i in range(3)], [sum_terms([(r[k],), (t,)])
+                                                                for k, t in enumerate(matTvec(E, rX))]
 
 
 def motion_to_root(E, r, m: Sequence[Scalar], scope: Scope) -> list[Scalar]:

@@ -50,16 +50,22 @@ def _check(form: str) -> None:
         raise ValueError(f"sweep form must be one of {', '.join(SWEEP_FORMS)}, not '{form}'")
 
 
-def forward(robot: Robot, step: Step, form: str) -> list:
-    """``step(scope, body)`` for every body, parents before children."""
+def forward(robot: Robot, step: Step, form: str, bodies: Sequence[int] | None = None) -> list:
+    """``step(scope, body)`` for every body (``bodies``: these only, a set closed under parents such
+    as the support of a frame; a level left empty takes no barrier), parents before children."""
     _check(form)
+    keep = set(range(robot.num_bodies) if bodies is None else bodies)
     out: list = []
     if form == "bodies":
         for b in robot.bodies:
-            out += [n.If("GRID_TID == 0", _one(step, b)), n.Sync()]
+            if b.index in keep:
+                out += [n.If("GRID_TID == 0", _one(step, b)), n.Sync()]
         return out
     for d, level in enumerate(robot.topology.levels):
-        out += [n.Comment(f"level {d}: bodies {list(level)}, one warp each"),
+        level = [b for b in level if b in keep]
+        if not level:
+            continue
+        out += [n.Comment(f"level {d}: bodies {level}, one warp each"),
                 *_switch([robot.bodies[b] for b in level], step, per_warp=True), n.Sync()]
     return out
 

@@ -70,3 +70,15 @@ def effective_subspace(body: Body) -> np.ndarray:
     """``S`` with the mimic multiplier applied: the map from the body's v columns."""
     S = motion_subspace(body)
     return S * body.mimic.multiplier if body.mimic is not None else S
+
+
+def support_columns(robot, body: int) -> dict[int, list[tuple[int, np.ndarray]]]:
+    """The v columns that move body ``body`` (-1: the world, none): v index -> the ``(body j, S
+    column)`` of each body ``j`` of its support adding into it (:func:`effective_subspace`'s columns:
+    a mimic's adds into its mimicked joint's, times the multiplier)."""
+    out: dict[int, list[tuple[int, np.ndarray]]] = {}
+    for j in robot.topology.support[body] if body >= 0 else ():
+        S = effective_subspace(robot.bodies[j])
+        for k in range(S.shape[1]):
+            out.setdefault(robot.bodies[j].v_index + k, []).append((j, S[:, k]))
+    return out

@@ -201,6 +201,8 @@ class AbiBackend:
 
     # the C entry of the numpy path, grid_abi_X_f64{host_form} and its packed form
     host_form = "_host"
+    generate_options: dict = {}
+    """What the library was generated with (:func:`grid_core.generate`'s options)."""
 
     def __init__(self, robot, algorithms, dtype, *, layout="auto", tier=0, threads=0, blocks=0, transfer="auto"):
         from ..loader import load_robot
@@ -294,11 +296,52 @@ class AbiBackend:
                 f"transfer {self.transfer})"
             )
 
+    @property
+    def frames(self) -> tuple[str, ...] | None:
+        """The frames the library was generated for (None: the default choice)."""
+        return self.generate_options.get("frames")
+
     def _ports(self, alg):
+        from ..algorithm import generation_values
+
         cache = self.__dict__.setdefault("_port_cache", {})
-        if alg.name not in cache:
-            cache[alg.name] = (tuple(alg.inputs(self.robot)), tuple(alg.outputs(self.robot)))
+        if alg.name not in cache:  # outputs sized for the frames the code was generated for
+            cache[alg.name] = (tuple(alg.inputs(self.robot)),
+                               tuple(alg.outputs(self.robot, **generation_values(alg, self.robot, self))))
         return cache[alg.name]
+
+    def _build(self) -> None:
+        """Build (or find in the cache) the library of :attr:`generate_options`."""
+        raise NotImplementedError
+
+    def _generated_for(self, alg, position: int, args, kwargs):
+        """A call's ``frames`` (the port at ``position``) taken out of its arguments, and the backend
+        whose code was generated for them: this one where they are its frames (or not given), else
+        the same backend built for them (once per set of frames, kept on this one)."""
+        from ..algorithm import generation_values
+        from ..model.frames import resolve_frames
+
+        if len(args) > position:
+            frames, args = args[position], args[:position] + args[position + 1:]
+        else:
+            frames = kwargs.pop("frames", None)
+        if frames is None:
+            return args, kwargs, self
+        chosen = resolve_frames(self.robot, frames, alg.name)
+        if chosen == generation_values(alg, self.robot, self)["frames"]:
+            return args, kwargs, self
+        key = tuple(f.name for f in chosen)
+        builds = self.__dict__.setdefault("_frame_builds", {})
+        if key not in builds:
+            other = type(self).__new__(type(self))
+            other.__dict__.update(self.__dict__)
+            other._forget_plans()
+            for derived in ("_port_cache", "_host_plans", "_frame_builds"):
+                other.__dict__.pop(derived, None)
+            other.generate_options = {**self.generate_options, "frames": key}
+            other._build()
+            builds[key] = other
+        return args, kwargs, builds[key]
 
     def _call(self, alg, args, kwargs):
         """The general path: any accepted input, validated and converted as needed."""
@@ -695,7 +738,14 @@ class AbiBackend:
             method.__name__ = name
             return method
 
+        # the frames are fixed when the code is generated: a call with others runs a build for them
+        frames_at = next((i for i, p in enumerate(alg.inputs(self.robot)) if p.kind == "option"), None)
+
         def method(*args, out=None, **kwargs):
+            if frames_at is not None:
+                args, kwargs, target = self._generated_for(alg, frames_at, args, kwargs)
+                if target is not self:
+                    return getattr(target, name)(*args, out=out, **kwargs)
             if args and not kwargs:
                 plan = self._plan(alg)
                 if plan.ok:
@@ -737,7 +787,8 @@ class Emulated(AbiBackend):
 
     ``layout`` (``auto``, ``block``, ``per_state``), ``tier`` and ``threads`` select
     the launch; ``generate_options`` go to :func:`grid_core.composer.generate`
-    (``target_shared_mem_bytes=0`` forces the deepest spill rung).  The first call compiles
+    (``target_shared_mem_bytes=0`` forces the deepest spill rung; ``frames=`` the frames of the
+    end-effector algorithms, whose calls with other ``frames`` build, once, the library for those).  The first call compiles
     the library (seconds to tens of seconds for a large robot; progress and one status line on
     stderr, none with ``quiet``), cached by content under ``GRID_CACHE_DIR``.
     """
@@ -748,7 +799,10 @@ class Emulated(AbiBackend):
                          transfer=transfer)
         self.generate_options = generate_options
         self.quiet = quiet
-        self._handle = None
+        self._build()
+
+    def _build(self) -> None:
+        self._handle = None  # compiled on first use
 
     def sources(self) -> dict[str, str]:
         from ..abi import abi_source

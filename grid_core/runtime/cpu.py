@@ -139,7 +139,8 @@ class CpuHandle(AbiBackend):
     ``float64`` by default, ``dtype=np.float32`` builds a library of its own) and every call
     runs the per-state layout, its batch split over ``threads`` worker threads (``None``: every
     core this process may use; ``1``: the calling thread only).
-    ``generate_options`` go to :func:`grid_core.generate`.
+    ``generate_options`` go to :func:`grid_core.generate` (``frames=``: the frames of the
+    end-effector algorithms; a call with other ``frames`` builds, once, the library for those).
     """
 
     host_form = "_cpu"
@@ -151,10 +152,13 @@ class CpuHandle(AbiBackend):
         if threads is not None and (int(threads) != threads or threads < 1):
             raise ValueError(f"threads must be None (every core) or a positive integer, not {threads!r}")
         self.workers = default_threads() if threads is None else int(threads)
-        self.generate_options = generate_options
+        self.generate_options, self.quiet = generate_options, quiet
+        self._build()
+
+    def _build(self) -> None:
         # its own precision only: the other's entries would double the compile for nothing
-        self._path = build_cpu_library(self.robot, algorithms, dtypes=(self._suffix(),), quiet=quiet,
-                                       **generate_options)
+        self._path = build_cpu_library(self.robot, self.algorithms, dtypes=(self._suffix(),), quiet=self.quiet,
+                                       **self.generate_options)
         self._handle = None
 
     def with_launch(self, **kw):

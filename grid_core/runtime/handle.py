@@ -48,7 +48,8 @@ class RobotHandle(AbiBackend):
     the framework's current stream; JAX arrays through an XLA FFI call, eagerly or inside
     ``jax.jit`` / ``jax.vmap`` (:mod:`grid_core.runtime.jax_ffi`).  ``layout`` (``auto``, ``block``, ``per_state``),
     ``tier``, ``threads`` and ``blocks`` select the launch; :meth:`configure` sets them per
-    algorithm.
+    algorithm.  ``generate_options`` go to :func:`grid_core.generate` (``frames=``: the frames of
+    the end-effector algorithms; a call with other ``frames`` builds, once, the library for those).
     """
 
     accepts_device_arrays = True
@@ -58,8 +59,11 @@ class RobotHandle(AbiBackend):
         super().__init__(robot, algorithms, dtype, layout=layout, tier=tier, threads=threads, blocks=blocks,
                          transfer=transfer)
         require_device()
-        self.generate_options = generate_options
-        self._path = build_gpu_library(self.robot, algorithms, quiet=quiet, **generate_options)
+        self.generate_options, self.quiet = generate_options, quiet
+        self._build()
+
+    def _build(self) -> None:
+        self._path = build_gpu_library(self.robot, self.algorithms, quiet=self.quiet, **self.generate_options)
         self._handle = None
 
     def _lib(self):
