@@ -87,6 +87,13 @@ class PoseSteps:
         E, r = ss.root_frame(self.robot, body, self.body_frame(p) if p >= 0 else None, self.xi, scope, world=True)
         self.arr.put(scope, body.index, ss.frame_entries(E, r))
 
+    def state_sweep(self, scope: Scope, q) -> None:
+        """The per-state layout's sweep: the supporting bodies' XI slots from ``q``, then their frames."""
+        for b in self.bodies:
+            ss.xi_update(scope, self.robot, self.robot.bodies[b], q, self.xi)
+        for b in self.bodies:
+            self.body(scope, self.robot.bodies[b])
+
     def frame(self, k: int):
         """``(E, r)`` of chosen frame ``k``: its body's world frame placed (constants folded)."""
         f = self.frames[k]
@@ -130,14 +137,11 @@ class EndEffectorPoseEmitter(Emitter):
         ]
 
     def state_body(self, layers) -> list:
-        robot, io = layers.robot, layers.vectors(local=True)
+        io = layers.vectors(local=True)
         steps = self._own(layers, True)
         out = layers.arrays([pose_field(steps.frames)], local=True)["world_T_frame"]
         scope = Scope("t")
-        for b in steps.bodies:
-            ss.xi_update(scope, robot, robot.bodies[b], io["q"], io["xi"])
-        for b in steps.bodies:
-            steps.body(scope, robot.bodies[b])
+        steps.state_sweep(scope, io["q"])
         for k in range(len(steps.frames)):
             steps.pose(scope, k, out)
         return [local_declaration([steps.arr], ["XI[XI_SIZE]"], "registers: every index is a constant"),

@@ -22,7 +22,6 @@ from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import frame_inputs
 from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
 from grid_core.emit import nodes as n
-from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import ROTATION_TOL, Scope, clean, cross, matTvec, sub, sum_terms
@@ -159,10 +158,7 @@ class EndEffectorPoseGradientEmitter(Emitter):
         steps, J = self._parts(layers, True)
         pose = steps.pose
         scope = Scope("t")
-        for b in pose.bodies:
-            ss.xi_update(scope, robot, robot.bodies[b], io["q"], io["xi"])
-        for b in pose.bodies:
-            pose.body(scope, robot.bodies[b])
+        pose.state_sweep(scope, io["q"])
         for k, by in enumerate(steps.cols):
             p_f = steps.origin(scope, k)
             for c in range(robot.nv):

@@ -31,13 +31,18 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import frame_inputs
+from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
+from grid_core.emit import nodes as n
+from grid_core.emit import sweeps
+from grid_core.emit.emitter import Emitter
+from grid_core.emit.expr import ROTATION_TOL, Scope, clean, cross, sum_terms
+from grid_core.emit.storage import Field, local_declaration, regions
 from grid_core.model import Robot
 from grid_core.model.frames import resolve_frames
-from grid_core.model.joints import motion_subspace
-from grid_core.review import ParallelismReview, not_applicable, todo
+from grid_core.model.joints import motion_subspace, support_columns
+from grid_core.review import ParallelismReview, done
 
 from ._mimic import relaxed_map
-
 
 def frame_jacobian_hessians(robot: Robot, world_T_body, world_T_frame, frames) -> np.ndarray:
     """``(n_frames, 6, nv, nv)`` tangent derivatives of the LOCAL_WORLD_ALIGNED Jacobians."""
@@ -70,6 +75,154 @@ def frame_jacobian_hessians(robot: Robot, world_T_body, world_T_frame, frames) -
     return H
 
 
+# -- code generation -------------------------------------------------------------------
+#
+# With J_c = n_c + w_c x p_f (the Jacobian's linear column at the frame origin) the Jacobi identity
+# folds the reference's cell into one cross product:
+#
+#   H[:3, c, d] = w_d x J_c  if d <= c (ancestor or same body),  w_c x J_d  otherwise;
+#   H[3:, c, d] = w_d x w_c  if d <= c,                          0          otherwise.
+#
+# Every term is bilinear in the two columns, so a mimic's column (the multiplier applied, summed
+# into its mimicked joint's: effective_subspace) contracts with G on both indices as the reference
+# does.  On end_effector_pose_gradient's steps by handle (which run end_effector_pose's): the
+# supporting bodies' frames, then each (frame, term) pair's w and J column (stored), then every
+# (frame, c, d) cell of the frames' supports, one thread each; the rest are structural zeros.
+
+
+def terms(robot: Robot, frames) -> list[list[tuple]]:
+    """Per frame its terms ``(column, body, S column)``, in column order (a column takes several
+    where a mimic adds into it; :func:`~grid_core.model.joints.support_columns`)."""
+    out = []
+    for f in frames:
+        by = support_columns(robot, f.body)
+        out.append([(c, j, [clean(x, ROTATION_TOL) for x in s]) for c in sorted(by) for j, s in by[c]])
+    return out
+
+
+def fields(robot: Robot, frames) -> tuple[Field, ...]:
+    """Each (frame, term) pair's world axis w and Jacobian column J (6 scalars)."""
+    keys = [(k, t) for k, ts in enumerate(terms(robot, frames)) for t in range(len(ts))]
+    return (Field("frame_columns", keys, 6, "w and the Jacobian column of each (frame, column term) pair"),)
+
+
+def zero_ranges(nv: int, support) -> list[tuple[int, int]]:
+    """The ranges ``[first, end)`` of one frame's ``6 nv nv`` entries (row-major ``[r, c, d]``)
+    outside ``support x support``."""
+    out, first = [], None
+    for i in range(6 * nv * nv + 1):
+        zero = i < 6 * nv * nv and not (i // nv % nv in support and i % nv in support)
+        if zero and first is None:
+            first = i
+        elif not zero and first is not None:
+            out.append((first, i))
+            first = None
+    return out
+
+
+class HessianSteps:
+    """The Hessian's steps on the Jacobians' (``jac``) and its own ``frame_columns`` array."""
+
+    def __init__(self, robot: Robot, jac, cols):
+        self.robot, self.jac, self.arr = robot, jac, cols
+        self.terms = terms(robot, jac.pose.frames)
+        self.depth = robot.topology.depth
+
+    def column(self, scope: Scope, k: int, t: int, p_f) -> None:
+        """Term ``t`` of frame ``k``: its w and J column, stored."""
+        _, j, s = self.terms[k][t]
+        w, lin = self.jac.term(scope, j, s, p_f)
+        self.arr.put(scope, (k, t), [*w, *lin])
+
+    def cells(self) -> list[tuple[int, int, int, list]]:
+        """``(frame, c, d, term pairs)`` of every cell of the frames' supports."""
+        out = []
+        for k, ts in enumerate(self.terms):
+            by: dict = {}
+            for t, (c, _, _) in enumerate(ts):
+                by.setdefault(c, []).append(t)
+            out += [(k, c, d, [(tc, td) for tc in by[c] for td in by[d]]) for c in sorted(by) for d in sorted(by)]
+        return out
+
+    def cell(self, scope: Scope, k: int, c: int, d: int, pairs, H) -> None:
+        nv, lin, ang = self.robot.nv, [], []
+        for tc, td in pairs:
+            (wc, Jc), (wd, Jd) = ((x[:3], x[3:]) for x in (self.arr.get((k, tc)), self.arr.get((k, td))))
+            above = self.depth[self.terms[k][td][1]] <= self.depth[self.terms[k][tc][1]]  # d <= c
+            lin.append(cross(wd, Jc) if above else cross(wc, Jd))
+            if above:
+                ang.append(cross(wd, wc))
+        for r in range(6):
+            part = lin if r < 3 else ang
+            scope.assign(H(k, (r * nv + c) * nv + d), sum_terms([(x[r % 3],) for x in part]))
+
+
+def hessian_field(robot: Robot, frames) -> Field:
+    """The output, a row-major ``6 x nv x nv`` block per chosen frame."""
+    return Field("H", range(len(frames)), 6 * robot.nv * robot.nv, "frame Jacobian Hessians")
+
+
+class EndEffectorPoseHessianEmitter(Emitter):
+    Options = sweeps.SweepOptions
+    composes = ("end_effector_pose_gradient",)
+    global_outputs = ("H",)  # 6 nf nv^2 values: written in place, never staged (g1's default frames: 235 KB)
+
+    def block_threads_hint(self, robot: Robot) -> int:
+        return max(32 * robot.topology.max_level_width, robot.nv * robot.nv)  # the cells (P2)
+
+    def inner_doc(self, layers) -> str:
+        names = ", ".join(f.name for f in layers.ctx.frames)
+        return f"Frames (chosen at generation time): {names}.  Sweep form: {sweeps.form_of(layers.ctx)}."
+
+    def _parts(self, layers, local: bool):
+        jac = layers.steps("end_effector_pose_gradient", local=local)
+        cols = layers.arrays(fields(layers.robot, jac.pose.frames), local)["frame_columns"]
+        H = layers.arrays([hessian_field(layers.robot, jac.pose.frames)], local)["H"]
+        return HessianSteps(layers.robot, jac, cols), H
+
+    def inner_body(self, layers) -> list:
+        robot, nv = layers.robot, layers.robot.nv
+        steps, H = self._parts(layers, False)
+        pose = steps.jac.pose
+        items = [(k, t) for k, ts in enumerate(steps.terms) for t in range(len(ts))]
+        cells = steps.cells()
+
+        def zeros(k):
+            return lambda scope, i: scope.assign(H(k, i), 0.0)
+
+        runs = [sweeps.span(a, b, zeros(k), var="i") for k, by in enumerate(steps.jac.cols)
+                for a, b in zero_ranges(nv, by)]
+        return [
+            n.Comment("end_effector_pose's sweep (by handle): the world frames of the bodies supporting a frame"),
+            *sweeps.forward(robot, pose.body, sweeps.form_of(layers.ctx), bodies=pose.bodies),
+            n.Comment(f"each (frame, column term) pair's w and Jacobian column, one thread each ({len(items)})"),
+            *sweeps.fan_out(items, lambda sc, k, t: steps.column(sc, k, t, steps.jac.origin(sc, k))),
+            n.Sync(),
+            n.Comment(f"the {len(cells)} cells of the frames' supports, one thread each (P2), and the structural zeros"),
+            *sweeps.fan_out(cells, lambda sc, k, c, d, pairs: steps.cell(sc, k, c, d, pairs, H)),
+            *sweeps.fan_out_runs(runs),
+        ]
+
+    def state_body(self, layers) -> list:
+        robot, io = layers.robot, layers.vectors(local=True)
+        steps, H = self._parts(layers, True)
+        pose = steps.jac.pose
+        scope = Scope("t")
+        pose.state_sweep(scope, io["q"])
+        for k, ts in enumerate(steps.terms):
+            p_f = steps.jac.origin(scope, k)
+            for t in range(len(ts)):
+                steps.column(scope, k, t, p_f)
+        for cell in steps.cells():
+            steps.cell(scope, *cell, H)
+        zero = []
+        for k, by in enumerate(steps.jac.cols):  # the structural zeros, a loop per run
+            for a, b in zero_ranges(robot.nv, by):
+                zero.append(n.For(f"int i = {a}", f"i < {b}", "++i", [n.Stmt(f"{H(k, 'i')} = T(0)")]))
+        return [local_declaration([pose.arr, steps.arr], ["XI[XI_SIZE]"], "registers: every index is a constant"),
+                *scope.body(), n.Comment("the structural zeros: the entries outside each frame's support"), *zero]
+
+
 class EndEffectorPoseHessian(Algorithm):
     name = "end_effector_pose_hessian"
     summary = ("tangent derivative of the frame Jacobians, (n_frames, 6, nv, nv): "
@@ -87,19 +240,23 @@ With :math:`s_c = [\omega_c; \nu_c]` the world-frame column :math:`c` at the wor
         + (\omega_d \times \omega_c) \times p_f \\ \omega_d \times \omega_c \end{bmatrix}
    + \begin{bmatrix} \omega_c \times (\nu_d + \omega_d \times p_f) \\ 0 \end{bmatrix} .
 """
-    depends_on = ("forward_kinematics", "end_effector_pose")
+    depends_on = ("forward_kinematics", "end_effector_pose", "end_effector_pose_gradient")
+    emitter = EndEffectorPoseHessianEmitter
     review = ParallelismReview(
-        P1=not_applicable("no tree recursion of its own: the body poses come from "
-                          "forward_kinematics (see its review)"),
-        P2=todo("the dominant lever: every (frame, c, d) cell is a few independent cross "
-                "products once the world columns (w_c, n_c) and the frame origins are known; fan "
-                "the cells across the block (as upstream GRiD's end-effector Hessian fans its cells)"),
-        P3=todo("the world columns (w_c, n_c) are per body and frame-independent, and the "
-                "frame-origin velocities n_d + w_d x p_f are shared by every column c: compute "
-                "both once in parallel passes, then the cells need one cross product each"),
-        P4=todo("only the cells whose two columns support the frame are nonzero: bake each "
-                "frame's support column list and the (c, d) chain mask offline, write only those "
-                "cells and store the output column-pair-contiguous so the fan's writes coalesce"),
+        P1=done("block layout: end_effector_pose's sweep by handle, the supporting bodies' world frames "
+                "level by level, the bodies of a level in parallel (one barrier per level)"),
+        P2=done("every (frame, c, d) cell of the frames' supports is one thread (one or two cross products "
+                "of stored columns), no barrier between them; the structural zeros a fan-out of runs"),
+        P3=done("the world columns w and J (the Jacobian's, at the frame origin) are computed once per "
+                "(frame, column) in a parallel pass and stored, shared by every cell of the frame; the "
+                "Jacobi identity folds the reference's cell into one cross product"),
+        P4=done("each frame's support columns and the (c, d) chain mask are baked at generation time: "
+                "only those cells are computed, the rest written as zeros (runs of them as loops in the "
+                "per-state layout); frames, placements and axes folded"),
+        notes="two layouts: block-cooperative (one block per state, the inline rung) and per-state (one "
+              "thread per state, straight-line code); the launcher picks by "
+              "END_EFFECTOR_POSE_HESSIAN_PER_STATE_MIN_N (default 1: not yet measured on the GPU).  The "
+              "generated code takes the frames it was generated for (grid build --frame)",
     )
 
     def inputs(self, robot: Robot):
@@ -114,6 +271,16 @@ With :math:`s_c = [\omega_c; \nu_c]` the world-frame column :math:`c` at the wor
     def reference(self, ctx, q, frames=None):
         chosen = resolve_frames(ctx.robot, frames, self.name)
         return frame_jacobian_hessians(ctx.robot, ctx.forward_kinematics(q), ctx.end_effector_pose(q, chosen), chosen)
+
+    def arenas(self, robot: Robot, options=None, frames=None):
+        return regions(fields(robot, resolve_frames(robot, frames, self.name)))
+
+    def spill_rungs(self, robot: Robot, options=None):
+        return (SpillRung(0, "all in shared memory"),
+                SpillRung(1, "the body frames in global", {callee_rung("end_effector_pose_gradient", 1)},
+                          "what the Jacobians' rung 1 spills"),
+                SpillRung(2, "the frame columns too", {callee_rung("end_effector_pose_gradient", 1), "frame_columns"}),
+                SpillRung(3, "all scratch in global", {ALL_SCRATCH}, "the transform data too"))
 
 
 @hookimpl

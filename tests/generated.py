@@ -36,7 +36,8 @@ NVCC_GRADIENT_SAMPLE = ["iiwa14", "erd:double_pendulum_continuous"]
 forward-dynamics gradient, which inlines forward dynamics, minv and the inverse-dynamics
 gradient into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here; every robot
 under GRID_FULL_SWEEP=1."""
-GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient")
+GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient", "end_effector_pose_hessian")
+"""The heavy derivatives, compiled with nvcc and run on the CPU backend on CI's samples only."""
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 
 
@@ -154,6 +155,17 @@ def check_launches(kind: str, name: str, spill: bool, algorithm: str, inputs: tu
         for what, fn in launches(kind, name, spill, dtype, algorithm):
             assert_close(fn(*inputs), expected, TOL[dtype],
                          f"{name} {algorithm} {np.dtype(dtype).name} {what} spill={spill}")
+
+
+def check_kinematics(kind: str, name: str, spill: bool, algorithm: str, rng, n: int = 4) -> None:
+    """An algorithm of the configuration alone (the kinematics, at the default frames) on ``n`` random
+    configurations: :func:`check_launches` against the Reference."""
+    from grid_core import Reference
+    from grid_core.testing import random_q
+
+    robot = load(name)
+    q = random_q(robot, rng, n)
+    check_launches(kind, name, spill, algorithm, (q,), getattr(Reference(robot), algorithm)(q))
 
 
 def check_staged_batch(kind: str, name: str, algorithm: str, rng) -> None:

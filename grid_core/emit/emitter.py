@@ -120,6 +120,9 @@ class Emitter:
     Options = LayerOptions
     global_inputs: tuple[str, ...] = ()
     """State inputs the kernels read in place from global memory (not staged into the arena)."""
+    global_outputs: tuple[str, ...] = ()
+    """Outputs the inner writes in place in global memory (this state's slice), not staged through
+    the arena: outputs too large for shared memory (the inline rung then takes them as ``d_``)."""
     nullable_inputs: tuple[str, ...] | None = None
     """State inputs whose null pointer the kernels accept (zero, or absent); None: the optional ports."""
     needs_ximats: bool = True

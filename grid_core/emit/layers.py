@@ -140,6 +140,10 @@ class Layers:
             if name not in state_names:
                 raise CodegenError(f"{self.name}: '{name}' is not a state input")
         self.smem_inputs = tuple(p for p in self.states if p.name not in self.global_inputs)
+        self.global_outputs = tuple(emitter.global_outputs)
+        if not set(self.global_outputs) <= {p.name for p in outs}:
+            raise CodegenError(f"{self.name}: global_outputs {self.global_outputs} are not all outputs")
+        self.smem_outputs = tuple(p for p in outs if p.name not in self.global_outputs)
         composed = self.composed_names(emitter, ctx.algorithm_options, ctx.tuning)
         self.callees = {name: compose(name) for name in composed}
         for h in self.callees.values():
@@ -169,7 +173,7 @@ class Layers:
         then those of the inners it composes."""
         ins = alg.inputs(robot)
         fixed = [ArenaRegion(p.name, _size(p), f"{p.doc} (kernel output)", spillable=False)
-                 for p in alg.outputs(robot, **(values or {}))]
+                 for p in alg.outputs(robot, **(values or {})) if p.name not in emitter.global_outputs]
         fixed += [ArenaRegion(p.name, _size(p), f"{p.doc} (kernel input)", spillable=False)
                   for p in ins if p.kind == "state" and p.name not in emitter.global_inputs]
         scratch = [xi_region(robot)] if emitter.needs_ximats else []
@@ -210,7 +214,8 @@ class Layers:
 
     def _sigs(self) -> None:
         T = TemplateParam("typename", "T")
-        out_s = [Param("T *", f"s_{p.name}") for p in self.outputs]
+        out_s = [Param("T *", f"s_{p.name}") if p.name not in self.global_outputs else Param("T *", p.name)
+                 for p in self.outputs]
         in_s = [Param("const T *", f"s_{p.name}") if p.name not in self.global_inputs
                 else Param("const T *", p.name) for p in self.states]
         inner_params = [*out_s, *in_s]
@@ -224,9 +229,11 @@ class Layers:
         # the inline rung: shared-memory data, the model, this state's global inputs, params, scratch
         dev_smem = [Param("const T *", f"s_{p.name}") for p in self.states if p.name not in self.global_inputs]
         dev_global = [Param("const T *", f"d_{p.name}") for p in self.states if p.name in self.global_inputs]
+        dev_out = [Param("T *", f"s_{p.name}") if p.name not in self.global_outputs else Param("T *", f"d_{p.name}")
+                   for p in self.outputs]
         self.device = Signature(
             f"{self.name}_device",
-            [*out_s, *dev_smem, Param("const robotModel<T> *", "d_robotModel"), *dev_global, *self._param_params(),
+            [*dev_out, *dev_smem, Param("const robotModel<T> *", "d_robotModel"), *dev_global, *self._param_params(),
              Param("T *", "s_temp", "nullptr"), Param("T *", "d_workspace", "nullptr")],
             "__device__",
             template=[T, *[TemplateParam("bool", _flag(r.name), "true") for r in arena_emit.spillable(self.plan)]])
@@ -342,8 +349,9 @@ class Layers:
         code finds them: ``s_<port>`` and ``s_XI`` in the inner (block layout), the per-state
         function's ``<port>`` and its local ``XI`` (``local``).  Inputs read in place stay pointers."""
         pre = "" if local else "s_"
-        names = [p.name for p in (*self.outputs, *self.smem_inputs)]
+        names = [p.name for p in (*self.smem_outputs, *self.smem_inputs)]
         out = {nm: (lambda i, a=f"{pre}{nm}": f"{a}[{i}]") for nm in names}
+        out.update({nm: (lambda i, a=nm: f"{a}[{i}]") for nm in self.global_outputs})
         out["xi"] = lambda i: f"{pre}{XI_REGION}[{i}]"
         return out
 
@@ -362,6 +370,10 @@ class Layers:
         with :func:`~grid_core.emit.storage.local_declaration`)."""
         if local:
             return {f.name: Array(f, f.name) for f in fields}
+        sizes = {p.name: _size(p) for p in self.outputs if p.name in self.global_outputs}
+        if any(sizes.get(f.name) == f.size for f in fields):  # written in place: the inner's pointer
+            return {**self.arrays([f for f in fields if sizes.get(f.name) != f.size], owner=owner),
+                    **{f.name: Array(f, f.name) for f in fields if sizes.get(f.name) == f.size}}
         mine = None if owner is None else {r.name for r in owner.plan.regions}
         out = {}
         for f in fields:
@@ -543,8 +555,8 @@ class Layers:
                 n.Sync(),
             ]
         args = {p.name: p.name for p in self.inner.params}
-        for p in self.states:
-            if p.name in self.global_inputs:
+        for p in (*self.states, *self.outputs):
+            if p.name in self.global_inputs + self.global_outputs:
                 args[p.name] = f"d_{p.name}"
         body.append(self.inner.call(args, {"T": "T", **{f: f for f in self.flags}}))
         pfx = self.pfx
@@ -575,6 +587,9 @@ class Layers:
             if p.name in self.global_inputs:
                 slot = f"&d_{p.name}[size_t(k) * {_size(p)}]"
                 args[f"d_{p.name}"] = f"d_{p.name} == nullptr ? nullptr : {slot}" if p.name in self.nullable else slot
+        for p in self.outputs:
+            if p.name in self.global_outputs:  # written in place: this state's slice
+                args[f"d_{p.name}"] = f"&d_{p.name}[size_t(k) * {_size(p)}]"
         args["s_temp"], args["d_workspace"] = "s_temp", "d_ws"
         for tier in Tier:
             rung = plan.rung(tier)
@@ -583,7 +598,7 @@ class Layers:
             dispatch.append(n.If(f"RESOURCE_TIER == {tier.cpp}", [self.device.call(args, {"T": "T", **flags})],
                                  constexpr=True))
         stores = [n.BlockStrideLoop("i", str(_size(p)), [n.Stmt(f"d_{p.name}[size_t(k) * {_size(p)} + i] = s_{p.name}[i]")])
-                  for p in self.outputs]
+                  for p in self.smem_outputs]
         body = [
             n.Stmt("GRID_DYNAMIC_SMEM(grid_smem)"),
             n.Stmt("T *s_arena = reinterpret_cast<T *>(grid_smem)"),

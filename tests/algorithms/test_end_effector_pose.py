@@ -14,7 +14,7 @@ from conftest import load
 from grid_core import Reference
 from grid_core.composer import generate
 from grid_core.testing import Emulated, assert_close, random_q
-from tests.generated import SWEEP_ROBOTS, check_launches, robot_cases
+from tests.generated import SWEEP_ROBOTS, check_kinematics, robot_cases
 
 N = 4
 CHOSEN = ("panda_link0", "panda_joint3", "panda_hand_tcp_joint", "panda_rightfinger")
@@ -23,9 +23,7 @@ CHOSEN = ("panda_link0", "panda_joint3", "panda_hand_tcp_joint", "panda_rightfin
 
 @pytest.mark.parametrize(("kind", "name", "spill"), robot_cases(robots=SWEEP_ROBOTS))
 def test_end_effector_pose(kind, name, spill, rng):
-    robot = load(name)
-    q = random_q(robot, rng, N)
-    check_launches(kind, name, spill, "end_effector_pose", (q,), Reference(robot).end_effector_pose(q))
+    check_kinematics(kind, name, spill, "end_effector_pose", rng)
 
 
 def test_chosen_frames_differ_and_carry_their_tables():

@@ -13,17 +13,14 @@ from conftest import load
 from grid_core import Reference
 from grid_core.testing import Emulated, assert_close, random_q
 from tests.algorithms.test_end_effector_pose import CHOSEN
-from tests.generated import SWEEP_ROBOTS, check_launches, robot_cases
+from tests.generated import SWEEP_ROBOTS, check_kinematics, robot_cases
 
 N = 4
 
 
 @pytest.mark.parametrize(("kind", "name", "spill"), robot_cases(robots=SWEEP_ROBOTS))
 def test_end_effector_pose_gradient(kind, name, spill, rng):
-    robot = load(name)
-    q = random_q(robot, rng, N)
-    check_launches(kind, name, spill, "end_effector_pose_gradient", (q,),
-                   Reference(robot).end_effector_pose_gradient(q))
+    check_kinematics(kind, name, spill, "end_effector_pose_gradient", rng)
 
 
 @pytest.mark.parametrize("spill", [False, True])

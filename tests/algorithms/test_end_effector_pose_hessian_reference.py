@@ -103,4 +103,6 @@ def test_end_effector_pose_hessian_batch_equals_loop(case, robot_cache, rng):
 
 
 def test_end_effector_pose_hessian_declaration():
-    assert algorithms()["end_effector_pose_hessian"].depends_on == ("forward_kinematics", "end_effector_pose")
+    # the reference reaches the poses; the generated code composes the Jacobians' steps (and through them the poses')
+    assert algorithms()["end_effector_pose_hessian"].depends_on == (
+        "forward_kinematics", "end_effector_pose", "end_effector_pose_gradient")

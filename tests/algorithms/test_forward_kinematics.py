@@ -7,16 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import load
-from grid_core import Reference
-from grid_core.testing import random_q
-from tests.generated import SWEEP_ROBOTS, check_launches, robot_cases
-
-N = 4
-
+from tests.generated import SWEEP_ROBOTS, check_kinematics, robot_cases
 
 @pytest.mark.parametrize(("kind", "name", "spill"), robot_cases(robots=SWEEP_ROBOTS))
 def test_forward_kinematics(kind, name, spill, rng):
-    robot = load(name)
-    q = random_q(robot, rng, N)
-    check_launches(kind, name, spill, "forward_kinematics", (q,), Reference(robot).forward_kinematics(q))
+    check_kinematics(kind, name, spill, "forward_kinematics", rng)

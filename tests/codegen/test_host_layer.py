@@ -80,7 +80,7 @@ def test_every_host_wrapper_equals_the_reference_mapped_and_copied(host_layer, r
     robot, lib, info = host_layer
     assert {"inverse_dynamics", "crba", "minv", "aba", "forward_dynamics", "inverse_dynamics_gradient",
             "forward_dynamics_gradient", "forward_kinematics", "end_effector_pose",
-            "end_effector_pose_gradient"} <= set(info)
+            "end_effector_pose_gradient", "end_effector_pose_hessian"} <= set(info)
     ref = Reference(robot)
     for alg, (names, shapes, copied) in info.items():
         for n in (3, copied):
