@@ -30,3 +30,11 @@ def test_cli_build_frame_unknown_is_one_error_line():
     assert result.exit_code == 1, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("grid: error: ") and "has no frame 'nope'" in lines[0]
+
+
+def test_cli_build_frames_give_the_header_of_generate():
+    args = ["build", "iiwa14", "-a", "end_effector_pose", "--frame", "iiwa_link_7", "--frame", "iiwa_joint_4"]
+    result = CliRunner().invoke(main, args, prog_name="grid")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == generate(load("iiwa14"), ["end_effector_pose"], frames=["iiwa_link_7", "iiwa_joint_4"])
+    assert "static constexpr int FRAME_BODY[2] = {6, 3};" in result.stdout
