@@ -529,7 +529,9 @@ class Layers:
                + ("Assumes s_XI loaded (load_update_XImats) and the inputs visible to the block.\n"
                   if self.needs_ximats else "Assumes the inputs visible to the block.\n")
                + f"Owns the placement of its scratch: {own} scalars, each in s_ (shared) or d_ (global)\n"
-               "as its flag says.  Writes the s_ outputs; the caller syncs.")
+               "as its flag says.  Writes the s_ outputs"
+               + (f" ({', '.join(self.global_outputs)}: in place, in global memory)" if self.global_outputs else "")
+               + "; the caller syncs.")
         extra = self.emitter.inner_doc(self)
         return n.Function(self.inner, body, doc=doc + (f"\n{extra}" if extra else ""))
 
