@@ -178,7 +178,7 @@ def summarise_warnings(source: str, caught) -> Warning | None:
 @click.option("--namespace", default="grid", show_default=True, help="C++ namespace of the header.")
 @click.option("--frame", "frames", multiple=True, metavar="NAME",
               help="Frame of the end-effector algorithms, in output order (repeatable; a link, joint or fixed "
-                   "joint name; default: each leaf body's link frame).")
+                   "joint name; default: the robot's leaf frames, which `grid info` marks).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
               help="Write the header here (default: standard output).")
 @_robot_options
