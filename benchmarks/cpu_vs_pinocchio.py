@@ -2,8 +2,9 @@
 
 Both in the same run, on the same URDFs (``robots/*.urdf``, Pinocchio with
 ``JointModelFreeFlyer`` where the robot's natural base floats): Pinocchio's ``rnea``,
-``crba``, ``computeMinverse``, ``aba``, ``computeRNEADerivatives`` and
-``computeABADerivatives`` over a batch of random states on one core
+``crba``, ``computeMinverse``, ``aba``, ``computeRNEADerivatives``,
+``computeABADerivatives`` and, for every default (leaf) frame, the frame placements and frame
+Jacobians (LOCAL_WORLD_ALIGNED) over a batch of random states on one core
 (``benchmarks/src/pinocchio_timing.cpp``, built against the ``pin`` wheel's headers and
 libraries), and every algorithm the header emits through ``CpuHandle`` at the same batch
 size with 1 and 2 worker threads (one call per round, ``out=`` reused; the two called
@@ -13,7 +14,7 @@ rounds, with their range, of the least disturbed of several bursts (:data:`BURST
 sides alike.
 
     pip install -e .[test] cmeel-eigen cmeel-urdfdom-headers   # Pinocchio's C++ dependencies' headers
-    python benchmarks/cpu_vs_pinocchio.py [--robots iiwa14 hyq atlas g1] [--n 1024] [--rounds 21]
+    python benchmarks/cpu_vs_pinocchio.py [--robots iiwa14 hyq go2 atlas g1] [--n 1024] [--rounds 21]
 
 writes ``benchmarks/results/cpu/<date>_<commit>.json`` and ``cpu_vs_pinocchio.rst`` there (the
 table the docs' benchmark page includes).
@@ -41,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-ROBOTS = ("iiwa14", "hyq", "atlas", "g1")
+ROBOTS = ("iiwa14", "hyq", "go2", "atlas", "g1")
 # Pinocchio's function -> our algorithms computing the same thing (the first one emitted is timed),
 # and the target: at most this fraction of Pinocchio's time
 PAIRS = {
@@ -51,6 +52,10 @@ PAIRS = {
     "aba": (("forward_dynamics", "aba"), 0.5),
     "computeRNEADerivatives": (("inverse_dynamics_gradient",), 0.5),
     "computeABADerivatives": (("forward_dynamics_gradient",), 0.5),
+    # every default (leaf) frame: forwardKinematics + updateFramePlacements, and
+    # computeJointJacobians + getFrameJacobian (LOCAL_WORLD_ALIGNED) per frame
+    "framePlacements": (("end_effector_pose",), 0.5),
+    "frameJacobians": (("end_effector_pose_gradient",), 0.5),
 }
 PIN_DEFINES = ("PINOCCHIO_ENABLE_TEMPLATE_INSTANTIATION", "PINOCCHIO_WITH_URDFDOM", "BOOST_MPL_LIMIT_LIST_SIZE=30",
                "BOOST_MPL_LIMIT_VECTOR_SIZE=30", "BOOST_MPL_CFG_NO_PREPROCESSED_HEADERS",
@@ -84,10 +89,12 @@ def spread(values) -> dict:
     return {"median": float(np.median(v)), "min": float(v.min()), "max": float(v.max())}
 
 
-def time_pinocchio(program: Path, urdf: Path, floating: bool, n: int, rounds: int) -> dict:
+def time_pinocchio(program: Path, urdf: Path, floating: bool, n: int, rounds: int, frames=()) -> dict:
+    """Pinocchio's ns per state, per function (``frames``: the frame names its kinematics visit)."""
     bursts: dict[str, list] = {}
     for _ in range(BURSTS):
-        out = subprocess.run([str(program), str(urdf), "1" if floating else "0", str(n), str(rounds)],
+        out = subprocess.run([str(program), str(urdf), "1" if floating else "0", str(n), str(rounds),
+                              *([",".join(frames)] if frames else [])],
                              capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
             name, *values = line.split()
@@ -256,6 +263,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     import grid_core
+    from grid_core.model.frames import resolve_frames
 
     program = pinocchio_program()
     manifest = tomllib.loads((ROOT / "robots" / "robots.toml").read_text())
@@ -266,8 +274,9 @@ def main(argv=None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             robot = grid_core.load_robot(name)
+        frames = [f.name for f in resolve_frames(robot, None, "cpu_vs_pinocchio")]  # the default (leaf) frames
         pin = time_pinocchio(program, ROOT / "robots" / entry["file"], entry.get("floating_base", False), args.n,
-                             args.rounds)
+                             args.rounds, frames)
         nq, nv = pin.pop("nq")
         if (nq, nv) != (robot.nq, robot.nv):
             raise SystemExit(f"{name}: Pinocchio's model has nq {nq:g} nv {nv:g}, ours {robot.nq} {robot.nv}")

@@ -2,15 +2,20 @@
 // benchmarks/cpu_vs_pinocchio.py.  Built against the `pin` wheel's headers and libraries
 // (site-packages/cmeel.prefix) by that script.
 //
-//   pinocchio_timing URDF FLOATING(0|1) N ROUNDS
+//   pinocchio_timing URDF FLOATING(0|1) N ROUNDS [FRAME,FRAME,...]
 //
 // Draws N random states (q = integrate(neutral, v), v, a and tau uniform in [-1, 1]), then for
 // each algorithm runs ROUNDS sweeps over the N states and prints one line per algorithm:
-// `name ns_per_state_round1 ns_per_state_round2 ...`.
+// `name ns_per_state_round1 ns_per_state_round2 ...`.  With FRAMES (frame names, comma-separated),
+// the kinematics too: every frame's placement (forwardKinematics + updateFramePlacements) and
+// every frame's Jacobian (computeJointJacobians + getFrameJacobian per frame, LOCAL_WORLD_ALIGNED).
 #include <pinocchio/algorithm/aba-derivatives.hpp>
 #include <pinocchio/algorithm/aba.hpp>
 #include <pinocchio/algorithm/crba.hpp>
+#include <pinocchio/algorithm/frames.hpp>
+#include <pinocchio/algorithm/jacobian.hpp>
 #include <pinocchio/algorithm/joint-configuration.hpp>
+#include <pinocchio/algorithm/kinematics.hpp>
 #include <pinocchio/algorithm/rnea-derivatives.hpp>
 #include <pinocchio/algorithm/rnea.hpp>
 #include <pinocchio/multibody.hpp>
@@ -27,8 +32,8 @@
 namespace pin = pinocchio;
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        std::fprintf(stderr, "usage: %s URDF FLOATING(0|1) N ROUNDS\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        std::fprintf(stderr, "usage: %s URDF FLOATING(0|1) N ROUNDS [FRAME,FRAME,...]\n", argv[0]);
         return 2;
     }
     pin::Model model;
@@ -46,9 +51,21 @@ int main(int argc, char **argv) {
         tau[i] = Eigen::VectorXd::Random(model.nv);
         q[i] = pin::integrate(model, pin::neutral(model), Eigen::VectorXd::Random(model.nv));
     }
+    std::vector<pin::FrameIndex> frames;
+    for (std::string names = argc == 6 ? argv[5] : ""; !names.empty();) {
+        const auto comma = names.find(',');
+        const std::string name = names.substr(0, comma);
+        if (!model.existFrame(name)) {
+            std::fprintf(stderr, "no frame '%s'\n", name.c_str());
+            return 2;
+        }
+        frames.push_back(model.getFrameId(name));
+        names = comma == std::string::npos ? "" : names.substr(comma + 1);
+    }
     Eigen::MatrixXd d1 = Eigen::MatrixXd::Zero(model.nv, model.nv), d2 = d1, d3 = d1;
+    pin::Data::Matrix6x J = pin::Data::Matrix6x::Zero(6, model.nv);
     double sink = 0;  // keeps every result live
-    const std::vector<std::pair<const char *, std::function<void(int)>>> algorithms = {
+    std::vector<std::pair<const char *, std::function<void(int)>>> algorithms = {
         {"rnea", [&](int i) { sink += pin::rnea(model, data, q[i], v[i], a[i])[0]; }},
         {"crba", [&](int i) { sink += pin::crba(model, data, q[i])(0, 0); }},
         {"computeMinverse", [&](int i) { sink += pin::computeMinverse(model, data, q[i])(0, 0); }},
@@ -62,6 +79,20 @@ int main(int argc, char **argv) {
              sink += d1(0, 0) + d2(0, 0);
          }},
     };
+    if (!frames.empty()) {
+        algorithms.push_back({"framePlacements", [&](int i) {
+                                  pin::forwardKinematics(model, data, q[i]);
+                                  pin::updateFramePlacements(model, data);
+                                  for (const auto f : frames) sink += data.oMf[f].translation()[0];
+                              }});
+        algorithms.push_back({"frameJacobians", [&](int i) {
+                                  pin::computeJointJacobians(model, data, q[i]);
+                                  for (const auto f : frames) {
+                                      pin::getFrameJacobian(model, data, f, pin::LOCAL_WORLD_ALIGNED, J);
+                                      sink += J(0, 0);
+                                  }
+                              }});
+    }
     std::printf("nq %d nv %d\n", model.nq, model.nv);
     for (const auto &[name, run] : algorithms) {
         for (int i = 0; i < n; ++i) run(i);  // warm-up sweep
