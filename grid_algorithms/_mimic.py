@@ -165,8 +165,8 @@ class Schur:
         coordinates of ``a`` and ``b``; ``y``, ``z``: row ``ra`` of Y, column ``b`` of Z = K^-1 Y^T)."""
         return sum_terms([(self.mr(ra, rb),), *[(-1.0, yk, zk) for yk, zk in zip(y, z)]])
 
-    def straight_line(self, scope: Scope, out: str) -> None:
-        """One thread's code: ``out`` (row-major ``nv x nv``) written whole."""
+    def straight_line(self, scope: Scope, out) -> None:
+        """One thread's code: ``out`` (index -> expression, row-major ``nv x nv``) written whole."""
         nv, m = self.nv, len(self.rows)
         scope.comment(f"mimic joints: Minv = L (Mr - Y K^-1 Y^T) L^T, K = C Mr C^T ({m} x {m})")
         chol = dense.cholesky(scope, constraint_gram(self.rows, self.Y))
@@ -176,11 +176,11 @@ class Schur:
             for b in range(a, nv):
                 x = scope.let(self.entry(self.own(a), self.own(b), [B[k][a] for k in range(m)],
                                          [Z[k][b] for k in range(m)]), "Minv")
-                scope.assign(f"{out}[{a * nv + b}]", x)
+                scope.assign(out(a * nv + b), x)
                 if b != a:
-                    scope.assign(f"{out}[{b * nv + a}]", x)
+                    scope.assign(out(b * nv + a), x)
 
-    def block(self, KL, Z, out: str) -> list:
+    def block(self, KL, Z, out) -> list:
         """A block's code (:mod:`~grid_core.emit.sweeps` runs, a barrier before each phase): K
         factored by one thread into ``KL`` (keys: L's rows, then ``"inv"``, the reciprocals of its
         diagonal), ``Z = K^-1 Y^T`` one own column per thread, the entries of ``out`` one per thread."""
@@ -206,8 +206,8 @@ class Schur:
             scope.stmt(f"const int rb = {own(b)}")
             x = scope.let(self.entry(ra, "rb", [self.Y(ra, k2) for k2 in range(m)], [Z(k2, b) for k2 in range(m)]),
                           "Minv")
-            scope.assign(f"{out}[{plus(b, a * nv)}]", x)
-            scope.extend([n.If(f"b != {a}", [n.Stmt(f"{out}[b * {nv} + {a}] = {x}")])])
+            scope.assign(out(plus(b, a * nv)), x)
+            scope.extend([n.If(f"b != {a}", [n.Stmt(f"{out(f'b * {nv} + {a}')} = {x}")])])
 
         rows = [sweeps.span(a, nv, lambda sc, b, a=a: entry(sc, a, b), "b", f"row {a} (relaxed {own(a)}), b >= {a}")
                 for a in range(nv)]

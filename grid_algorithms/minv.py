@@ -26,7 +26,7 @@ from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, dot, sum_terms
-from grid_core.emit.storage import Array, Field, plus, region
+from grid_core.emit.storage import Field, plus, region, vector
 from grid_core.errors import CodegenError
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, joint_transform, motion_subspace
@@ -135,7 +135,7 @@ class Columns:
                   lambda key: self.tree_end[key[0]] - self.p_first[key[0]]),
             Field("IA", [b.index for b in robot.bodies if b.parent >= 0], 21),
             Field("U", parents, lambda b: 6 * w[b]), Field("Dinv", parents, lambda b: w[b] * w[b]),
-            *([Field("Mr", range(self.n), self.n),  # row-major
+            *([vector("Mr", self.n * self.n, cols=self.n),  # row-major
                Field("KL", [*range(m), "inv"], lambda key: m if key == "inv" else key + 1),  # L's rows, 1/L_kk
                Field("Z", range(m), robot.nv)] if self.mimic else []),
         ]
@@ -210,22 +210,26 @@ class _Block:
     the fields of :class:`Columns` bound by the layer generator; None: bound as it binds them,
     for the runs' widths alone)."""
 
-    def __init__(self, robot: Robot, arrays: dict | None = None, xi=lambda i: f"s_XI[{i}]"):
+    def __init__(self, robot: Robot, arrays: dict | None = None, io: dict | None = None):
         self.robot = robot
         self.cols = Columns(robot)
-        self.steps = MinvSteps(robot, xi)
-        self.arr = arrays or {f.name: Array(f, f"s_{f.name}") for f in self.cols.fields.values()}
-        nr = self.cols.n
-        self.mr = self.arr["Mr"] if self.cols.mimic else Array(Field("Minv", range(nr), nr), "s_Minv")
+        self.arr, self.io = arrays or {}, io or {}
+        self.steps = MinvSteps(robot, self.io.get("xi"))
         self._leaf = {}
 
     # -- the arrays ------------------------------------------------------------------
 
     def entry(self, r, c) -> str:
-        """``Mr[r, c]`` (relaxed, row-major); ``r`` or ``c`` may be a C++ expression."""
-        if isinstance(r, int):
-            return self.mr(r, c)
-        return f"{self.mr.base}[{plus(f'{r} * {self.cols.n}', c)}]"
+        """``Mr[r, c]`` (relaxed, row-major: the output itself without mimic joints); ``r`` or ``c``
+        may be a C++ expression."""
+        n = self.cols.n
+        if isinstance(r, str):
+            index = plus(f"{r} * {n}", c)
+        else:
+            index = r * n + c if isinstance(c, int) else plus(c, r * n)
+        if self.cols.mimic:
+            return self.arr["Mr"].at(index)
+        return self.io["Minv"](index)
 
     def F(self, j) -> list[str]:
         return [self.arr["F"](k, j) for k in range(6)]
@@ -372,7 +376,7 @@ class _Block:
 
     def correction(self) -> list:
         """The mimic correction (:class:`~grid_algorithms._mimic.Schur`) on Mr, final here."""
-        return Schur(self.cols.rel, self.entry).block(self.arr["KL"], self.arr["Z"], "s_Minv")
+        return Schur(self.cols.rel, self.entry).block(self.arr["KL"], self.arr["Z"], self.io["Minv"])
 
 
 @attrs.frozen
@@ -414,7 +418,7 @@ class MinvEmitter(Emitter):
 
     def inner_body(self, layers) -> list:
         robot = layers.robot
-        block = _Block(robot, layers.arrays(self.fields(layers)), layers.vectors()["xi"])
+        block = _Block(robot, layers.arrays(self.fields(layers)), layers.vectors())
         back, fwd = block.steps_of(sweeps.form_of(layers.ctx))
         out: list = [n.Comment(
             "backward pass, leaves to root: each step finalizes a group of bodies (their articulated\n"
@@ -495,20 +499,20 @@ class MinvEmitter(Emitter):
                     if i0 + r <= j:
                         final[(i0 + r, j)] = minv[r]
                         if not cols.mimic:
-                            scope.assign(f"Minv[{(i0 + r) * nv + j}]", minv[r])
+                            scope.assign(io["Minv"]((i0 + r) * nv + j), minv[r])
                             if i0 + r != j:
-                                scope.assign(f"Minv[{j * nv + i0 + r}]", minv[r])
+                                scope.assign(io["Minv"](j * nv + i0 + r), minv[r])
                 if j >= d0 and not cols.leaf[b]:
                     P[b] = scope.let_all(Pb, "P")
         if not cols.mimic:
             for r in range(nv):  # entries between separate trees
                 for c in range(r + 1, nv):
                     if (r, c) not in final:
-                        scope.assign(f"Minv[{r * nv + c}]", 0.0)
-                        scope.assign(f"Minv[{c * nv + r}]", 0.0)
+                        scope.assign(io["Minv"](r * nv + c), 0.0)
+                        scope.assign(io["Minv"](c * nv + r), 0.0)
         else:
             mr = lambda r, c: final.get((min(r, c), max(r, c)), 0.0)  # noqa: E731 (the upper triangle, mirrored)
-            Schur(cols.rel, mr).straight_line(scope, "Minv")
+            Schur(cols.rel, mr).straight_line(scope, io["Minv"])
         return [n.Stmt("T XI[XI_SIZE]", comment="registers: every index is a constant"), *scope.body()]
 
 
