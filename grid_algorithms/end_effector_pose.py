@@ -87,6 +87,11 @@ class PoseSteps:
         E, r = ss.root_frame(self.robot, body, self.body_frame(p) if p >= 0 else None, self.xi, scope, world=True)
         self.arr.put(scope, body.index, ss.frame_entries(E, r))
 
+    def block_sweep(self, form: str) -> list:
+        """The block layout's sweep: the supporting bodies' frames, root to leaves (``form``: by
+        levels or by bodies)."""
+        return sweeps.forward(self.robot, self.body, form, bodies=self.bodies)
+
     def state_sweep(self, scope: Scope, q) -> None:
         """The per-state layout's sweep: the supporting bodies' XI slots from ``q``, then their frames."""
         for b in self.bodies:
@@ -131,7 +136,7 @@ class EndEffectorPoseEmitter(Emitter):
         out = layers.arrays([pose_field(steps.frames)])["world_T_frame"]
         return [
             n.Comment(f"root to leaves, the world frames of the {len(steps.bodies)} bodies supporting a frame"),
-            *sweeps.forward(layers.robot, steps.body, sweeps.form_of(layers.ctx), bodies=steps.bodies),
+            *steps.block_sweep(sweeps.form_of(layers.ctx)),
             n.Comment("each frame's pose, one thread each (P2)"),
             *sweeps.fan_out([(k,) for k in range(len(steps.frames))], lambda sc, k: steps.pose(sc, k, out)),
         ]

@@ -64,18 +64,6 @@ def columns(robot: Robot, frame) -> dict[int, list]:
             for c, ts in support_columns(robot, frame.body).items()}
 
 
-def zero_runs(nv: int, support) -> list[tuple[int, int]]:
-    """The ranges ``[first, end)`` of the columns outside ``support``."""
-    runs, first = [], None
-    for c in range(nv + 1):
-        if c < nv and c not in support:
-            first = c if first is None else first
-        elif first is not None:
-            runs.append((first, c))
-            first = None
-    return runs
-
-
 def jacobian_field(robot: Robot, frames) -> Field:
     """The output, a 6 x nv row-major matrix per chosen frame."""
     return Field("J", range(len(frames)), 6 * robot.nv, "frame Jacobians")
@@ -134,7 +122,7 @@ class EndEffectorPoseGradientEmitter(Emitter):
         return steps, layers.arrays([jacobian_field(layers.robot, steps.pose.frames)], local)["J"]
 
     def inner_body(self, layers) -> list:
-        robot, nv = layers.robot, layers.robot.nv
+        nv = layers.robot.nv
         steps, J = self._parts(layers, False)
         pose = steps.pose
         pairs = [(k, c) for k, by in enumerate(steps.cols) for c in sorted(by)]
@@ -143,10 +131,10 @@ class EndEffectorPoseGradientEmitter(Emitter):
             return lambda scope, j: [scope.assign(J(k, plus(j, row * nv)), 0.0) for row in range(6)]
 
         runs = [sweeps.span(a, b, zeros(k), comment=f"frame {k}: columns {a}..{b - 1} do not move it")
-                for k, by in enumerate(steps.cols) for a, b in zero_runs(nv, by)]
+                for k, by in enumerate(steps.cols) for a, b in sweeps.ranges(nv, lambda c, by=by: c not in by)]
         return [
             n.Comment("end_effector_pose's sweep (its step, by handle): the world frames of the bodies supporting a frame"),
-            *sweeps.forward(robot, pose.body, sweeps.form_of(layers.ctx), bodies=pose.bodies),
+            *pose.block_sweep(sweeps.form_of(layers.ctx)),
             n.Comment(f"the {len(pairs)} (frame, column) pairs of the frames' supports, one thread each (P2)"),
             *sweeps.fan_out(pairs, lambda sc, k, c: steps.column(sc, k, c, steps.origin(sc, k), J)),
             n.Comment("the structural zeros: the columns outside each frame's support"),

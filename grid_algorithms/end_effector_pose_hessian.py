@@ -35,7 +35,7 @@ from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
 from grid_core.emit import nodes as n
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
-from grid_core.emit.expr import ROTATION_TOL, Scope, clean, cross, sum_terms
+from grid_core.emit.expr import Scope, cross, sum_terms
 from grid_core.emit.storage import Field, local_declaration, regions
 from grid_core.model import Robot
 from grid_core.model.frames import resolve_frames
@@ -90,34 +90,24 @@ def frame_jacobian_hessians(robot: Robot, world_T_body, world_T_frame, frames) -
 # (frame, c, d) cell of the frames' supports, one thread each; the rest are structural zeros.
 
 
-def terms(robot: Robot, frames) -> list[list[tuple]]:
-    """Per frame its terms ``(column, body, S column)``, in column order (a column takes several
-    where a mimic adds into it; :func:`~grid_core.model.joints.support_columns`)."""
-    out = []
-    for f in frames:
-        by = support_columns(robot, f.body)
-        out.append([(c, j, [clean(x, ROTATION_TOL) for x in s]) for c in sorted(by) for j, s in by[c]])
-    return out
+def terms(cols) -> list[list[tuple]]:
+    """Per frame its terms ``(column, body, S column)``, in column order, from each frame's support
+    column map (``cols``: v index -> the ``(body, S column)`` adding into it; a column takes several
+    where a mimic adds into it)."""
+    return [[(c, j, s) for c in sorted(by) for j, s in by[c]] for by in cols]
 
 
 def fields(robot: Robot, frames) -> tuple[Field, ...]:
     """Each (frame, term) pair's world axis w and Jacobian column J (6 scalars)."""
-    keys = [(k, t) for k, ts in enumerate(terms(robot, frames)) for t in range(len(ts))]
+    ts = terms([support_columns(robot, f.body) for f in frames])
+    keys = [(k, t) for k, by in enumerate(ts) for t in range(len(by))]
     return (Field("frame_columns", keys, 6, "w and the Jacobian column of each (frame, column term) pair"),)
 
 
 def zero_ranges(nv: int, support) -> list[tuple[int, int]]:
     """The ranges ``[first, end)`` of one frame's ``6 nv nv`` entries (row-major ``[r, c, d]``)
     outside ``support x support``."""
-    out, first = [], None
-    for i in range(6 * nv * nv + 1):
-        zero = i < 6 * nv * nv and not (i // nv % nv in support and i % nv in support)
-        if zero and first is None:
-            first = i
-        elif not zero and first is not None:
-            out.append((first, i))
-            first = None
-    return out
+    return sweeps.ranges(6 * nv * nv, lambda i: not (i // nv % nv in support and i % nv in support))
 
 
 class HessianSteps:
@@ -125,7 +115,7 @@ class HessianSteps:
 
     def __init__(self, robot: Robot, jac, cols):
         self.robot, self.jac, self.arr = robot, jac, cols
-        self.terms = terms(robot, jac.pose.frames)
+        self.terms = terms(jac.cols)  # the Jacobians' support columns, constants cleaned
         self.depth = robot.topology.depth
 
     def column(self, scope: Scope, k: int, t: int, p_f) -> None:
@@ -181,7 +171,7 @@ class EndEffectorPoseHessianEmitter(Emitter):
         return HessianSteps(layers.robot, jac, cols), H
 
     def inner_body(self, layers) -> list:
-        robot, nv = layers.robot, layers.robot.nv
+        nv = layers.robot.nv
         steps, H = self._parts(layers, False)
         pose = steps.jac.pose
         items = [(k, t) for k, ts in enumerate(steps.terms) for t in range(len(ts))]
@@ -194,7 +184,7 @@ class EndEffectorPoseHessianEmitter(Emitter):
                 for a, b in zero_ranges(nv, by)]
         return [
             n.Comment("end_effector_pose's sweep (by handle): the world frames of the bodies supporting a frame"),
-            *sweeps.forward(robot, pose.body, sweeps.form_of(layers.ctx), bodies=pose.bodies),
+            *pose.block_sweep(sweeps.form_of(layers.ctx)),
             n.Comment(f"each (frame, column term) pair's w and Jacobian column, one thread each ({len(items)})"),
             *sweeps.fan_out(items, lambda sc, k, t: steps.column(sc, k, t, steps.jac.origin(sc, k))),
             n.Sync(),

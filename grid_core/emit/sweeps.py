@@ -167,6 +167,19 @@ def span(first: int, end: int, step: Step, var: str = "j", comment: str = "") ->
     return Run(end - first, item, comment=comment)
 
 
+def ranges(count: int, keep: Callable[[int], bool]) -> list[tuple[int, int]]:
+    """The maximal ranges ``[first, end)`` of the indices ``0 <= i < count`` that ``keep(i)``
+    holds for (the structural zeros of an output, say: each a :func:`span`)."""
+    out, first = [], None
+    for i in range(count + 1):
+        if i < count and keep(i):
+            first = i if first is None else first
+        elif first is not None:
+            out.append((first, i))
+            first = None
+    return out
+
+
 def phases(stages: Sequence[Sequence[Run]], comments: Sequence[str] = ()) -> list:
     """Each non-empty stage's runs in one :func:`fan_out_runs` loop (after its comment, if any),
     a barrier between consecutive stages, none after the last."""

@@ -60,3 +60,10 @@ def test_a_span_binds_its_index_and_phases_put_a_barrier_between_non_empty_stage
         "    }\n"
         "}\n"
     )
+
+
+def test_ranges_are_the_maximal_runs_of_kept_indices():
+    support = {1, 2, 5}
+    assert sweeps.ranges(8, lambda c: c not in support) == [(0, 1), (3, 5), (6, 8)]
+    assert sweeps.ranges(3, lambda c: True) == [(0, 3)] and sweeps.ranges(3, lambda c: False) == []
+    assert sweeps.ranges(0, lambda c: True) == []
