@@ -118,8 +118,7 @@ class EndEffectorPoseEmitter(Emitter):
         return 32 * robot.topology.max_level_width  # one warp per body of the widest level (P1)
 
     def inner_doc(self, layers) -> str:
-        names = ", ".join(f.name for f in layers.ctx.frames)
-        return f"Frames (chosen at generation time): {names}.  Sweep form: {sweeps.form_of(layers.ctx)}."
+        return f"Sweep form: {sweeps.form_of(layers.ctx)}."
 
     def fields(self, layers) -> tuple:
         return fields(layers.robot, layers.ctx.frames)

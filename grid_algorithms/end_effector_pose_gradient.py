@@ -105,8 +105,7 @@ class EndEffectorPoseGradientEmitter(Emitter):
         return max(32 * robot.topology.max_level_width, robot.nv)  # the sweep's warps, then the pairs (P2)
 
     def inner_doc(self, layers) -> str:
-        names = ", ".join(f.name for f in layers.ctx.frames)
-        return f"Frames (chosen at generation time): {names}.  Sweep form: {sweeps.form_of(layers.ctx)}."
+        return f"Sweep form: {sweeps.form_of(layers.ctx)}."
 
     def fields(self, layers) -> tuple:
         ee = layers.compose("end_effector_pose")

@@ -161,8 +161,7 @@ class EndEffectorPoseHessianEmitter(Emitter):
         return max(32 * robot.topology.max_level_width, robot.nv * robot.nv)  # the cells (P2)
 
     def inner_doc(self, layers) -> str:
-        names = ", ".join(f.name for f in layers.ctx.frames)
-        return f"Frames (chosen at generation time): {names}.  Sweep form: {sweeps.form_of(layers.ctx)}."
+        return f"Sweep form: {sweeps.form_of(layers.ctx)}."
 
     def _parts(self, layers, local: bool):
         jac = layers.steps("end_effector_pose_gradient", local=local)

@@ -532,6 +532,8 @@ class Layers:
                "as its flag says.  Writes the s_ outputs"
                + (f" ({', '.join(self.global_outputs)}: in place, in global memory)" if self.global_outputs else "")
                + "; the caller syncs.")
+        if self.ctx.frames:  # the end-effector family's, fixed at generation time
+            doc += f"\nFrames (chosen at generation time): {', '.join(f.name for f in self.ctx.frames)}."
         extra = self.emitter.inner_doc(self)
         return n.Function(self.inner, body, doc=doc + (f"\n{extra}" if extra else ""))
 
