@@ -7,6 +7,8 @@ Phases (each recorded; a failure does not stop the others, but sets the exit cod
   tests     pytest -m gpu
   sanitize  compute-sanitizer memcheck and racecheck over every layout/tier/block size
   time      kernel-only, CUDA-graph, host-timed and with-I/O medians, with an empty kernel
+  flops     Nsight Compute's count of the floating-point instructions a state executes (one
+            launch at N = 262144): the fp32 compute floor beside the memory floor
   fused     the fused control step at batch 256
   tune      the measured crossover (per-state vs block) and P1 winner per robot, written
             to grid_algorithms/<algorithm>.tuning.json
@@ -62,6 +64,16 @@ UPSTREAM_H200_KERNEL = {
         "hyq": {256: 13.5, 16384: 222.3},
         "atlas": {1: 27.8, 256: 29.7, 1024: 78.9, 4096: 279.9, 16384: 1067.0},
     },
+    "inverse_dynamics_gradient": {
+        "iiwa14": {1: 13.7, 256: 14.6, 1024: 24.5, 4096: 75.8, 16384: 281.5},
+        "hyq": {256: 12.3, 16384: 200.9},
+        "atlas": {1: 24.4, 256: 30.5, 1024: 99.3, 4096: 362.9, 16384: 1394.0},
+    },
+    "forward_dynamics_gradient": {
+        "iiwa14": {1: 20.6, 256: 21.4, 1024: 39.5, 4096: 134.5, 16384: 553.3},
+        "hyq": {256: 18.4, 16384: 459.6},
+        "atlas": {1: 49.2, 256: 56.8, 1024: 205.5, 4096: 793.6, 16384: 3105.0},
+    },
 }
 UPSTREAM_H200_KERNEL["aba"] = UPSTREAM_H200_KERNEL["forward_dynamics"]  # the same quantity, qdd
 # §A published release, RTX 5090: resident (host-timed launch + sync) / host (with I/O).
@@ -84,9 +96,24 @@ UPSTREAM_5090 = {
         "go2": {16: (30.4, 39.7), 256: (31.0, 42.1), 1024: (60.8, 77.0)},
         "g1": {16: (74.2, 83.7), 256: (139.0, 152.0), 1024: (459.0, 487.0)},
     },
+    "inverse_dynamics_gradient": {
+        "iiwa14": {16: (14.8, 24.3), 256: (15.1, 28.6), 1024: (30.8, 59.5)},
+        "go2": {16: (35.2, 45.6), 256: (36.3, 78.7), 1024: (117.0, 257.0)},
+        "g1": {16: (126.0, 139.0), 256: (172.0, 305.0), 1024: (649.0, 1132.0)},
+    },
+    "forward_dynamics_gradient": {
+        "iiwa14": {16: (24.2, 33.4), 256: (23.4, 36.2), 1024: (58.7, 81.8)},
+        "go2": {16: (53.0, 63.1), 256: (56.2, 98.2), 1024: (199.0, 335.0)},
+        "g1": {16: (190.0, 203.0), 256: (241.0, 368.0), 1024: (879.0, 1355.0)},
+    },
+    "end_effector_pose": {
+        "iiwa14": {16: (7.53, 16.6), 256: (7.54, 18.1), 1024: (7.81, 19.6)},
+        "g1": {16: (31.8, 41.3), 256: (31.9, 44.2), 1024: (65.8, 89.1)},
+    },
 }
 UPSTREAM_5090["aba"] = UPSTREAM_5090["forward_dynamics"]
 HBM_BYTES_PER_S = 4.3e12  # ANCHORS §D memory floor
+BATCH_BYTES = float(os.environ.get("GRID_CHECK_BATCH_BYTES", 8e9))  # the largest batch timed, its float32 bytes
 # the issues' absolute targets: (robot, B, resident µs to stay under)
 RESIDENT_LIMITS = {"crba": [("g1", 1024, 60.0)], "forward_dynamics": [("g1", 1024, 200.0)]}
 
@@ -188,7 +215,7 @@ AB_MODES = {
     # a small batch spread over every SM or packed into full blocks (every algorithm)
     "spread": AB("per_state_spread", {"spread": True, "packed": False}, lambda: ALGORITHMS, lambda: ALGORITHMS),
 }
-QUICK_MODES = ("base", "occ", *AB_MODES)
+QUICK_MODES = ("base", "spill", "occ", *AB_MODES)
 
 
 def _ab_of(label: str) -> tuple[AB, str] | None:
@@ -206,13 +233,14 @@ def _ab_algorithms(label: str) -> list | None:
 def variants():
     """(label, robot, generate options): normal, forced deepest spill, per-body sweeps, per-state
     occupancy, and the A/Bs of AB_MODES (Minv's column frames, staged or plain, ring or per-thread
-    stores, spread or packed).  GRID_CHECK_VARIANTS=base: the default builds only; =occ or an A/B's
-    name (frame, stage, ring, spread; several joined by commas): those and the default builds (a
-    quick A/B)."""
+    stores, spread or packed).  GRID_CHECK_VARIANTS=base: the default builds only; =spill, =occ or an
+    A/B's name (frame, stage, ring, spread; several joined by commas): those and the default builds
+    (a quick run: spill adds the forced deepest rung, which the sanitize phase also covers)."""
     out = []
     modes = _modes()
     if _quick():
         out = [(r, r, {}) for r in ROBOTS] + (_occ_variants() if "occ" in modes else [])
+        out += [(f"{r}-spill", r, {"target_shared_mem_bytes": 0}) for r in ROBOTS if "spill" in modes]
         out += [v for m in modes if m in AB_MODES for v in AB_MODES[m].variants()]
         return [(label, r, _with_base(o)) for label, r, o in out]
     bodies = {a: {"p1": "bodies"} for a in ALGORITHMS if _has_option(a, "p1")}
@@ -435,8 +463,10 @@ def phase_tests(state: dict) -> None:
                  if not p.stem.endswith(("_reference", "_reviews"))]
     # (tests/codegen has no gpu tests, and one of its modules draws example-robot-data robots while
     # collecting; tests/runtime has the runtime's gpu tests)
+    # GRID_CHECK_TEST_WORKERS=8: pytest-xdist workers (the libraries are built once, by content hash)
+    workers = os.environ.get("GRID_CHECK_TEST_WORKERS")
     res = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", "tests/runtime", *generated,
-               "-k", "not erd",
+               "-k", "not erd", *(["-n", workers] if workers else []),
                "-p", "no:cacheprovider", "--durations=12"], cwd=ROOT)
     tail = (res.stdout + res.stderr).strip().splitlines()[-30:]
     state["tests"] = {"returncode": res.returncode, "tail": tail}
@@ -449,24 +479,35 @@ def phase_sanitize(state: dict) -> None:
     out = {}
     bad = []
     built = {label for label, _, _ in variants()}
-    for label in [x for r in ROBOTS for x in (r, f"{r}-spill") if x in built]:
-        for alg in ALGORITHMS:
-            exe = BUILD / label / f"bench_{alg}"
-            for tool in ("memcheck", "racecheck"):
-                res = run(["compute-sanitizer", "--tool", tool, "--error-exitcode", "3", exe, "check"])
-                text = (res.stdout + res.stderr).strip()
-                summary = [ln for ln in text.splitlines() if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln
-                           or ln.startswith("check:")]
-                out[f"{label}:{alg}:{tool}"] = {"returncode": res.returncode, "summary": summary}
-                if res.returncode:
-                    bad.append(f"{label}:{alg}:{tool}")
-                    print(text[-3000:])
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(label: str, alg: str, tool: str) -> None:
+        exe = BUILD / label / f"bench_{alg}"
+        res = run(["compute-sanitizer", "--tool", tool, "--error-exitcode", "3", exe, "check"])
+        text = (res.stdout + res.stderr).strip()
+        summary = [ln for ln in text.splitlines() if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln
+                   or ln.startswith("check:")]
+        out[f"{label}:{alg}:{tool}"] = {"returncode": res.returncode, "summary": summary}
+        if res.returncode:
+            bad.append(f"{label}:{alg}:{tool}")
+            print(text[-3000:])
+
+    # GRID_CHECK_SANITIZE_JOBS: sanitizer processes at once (each checks its own binary; the GPU is
+    # shared, which the checks do not time)
+    jobs = [(label, alg, tool) for label in [x for r in ROBOTS for x in (r, f"{r}-spill") if x in built]
+            for alg in ALGORITHMS for tool in ("memcheck", "racecheck")]
+    with ThreadPoolExecutor(max_workers=int(os.environ.get("GRID_CHECK_SANITIZE_JOBS", "1"))) as pool:
+        for f in [pool.submit(one, *j) for j in jobs]:
+            f.result()
     state["sanitize"] = out
     if bad:
         raise RuntimeError(f"sanitizer reported errors: {bad}")
 
 
 def _time(label: str, alg: str, repeats: int, sizes, stage_io: bool = False) -> list:
+    # the batches whose inputs and outputs fit BATCH_BYTES (a Hessian of g1's frames is 118 kB a
+    # state: at N = 1M more than the device and the pinned host buffers of the io rows together)
+    sizes = [n for n in sizes if n * bytes_per_state(label.split("-")[0], alg) <= BATCH_BYTES] or list(sizes)[:1]
     path = BUILD / label / f"time_{alg}{'_staged' if stage_io else ''}.json"
     res = run([BUILD / label / f"bench_{alg}", "time", "--robot", label + ("-staged" if stage_io else ""),
                "--repeats", repeats, "--sizes", ",".join(map(str, sizes)), "--json", path,
@@ -513,6 +554,53 @@ def phase_time(state: dict, repeats: int) -> None:
                     state["time"] = list(rows)
                     _save(state)  # after each form: a run cut short keeps the A/B rows it timed
     state["time"] = rows
+
+
+# the floating-point instructions a thread executed, as Nsight Compute counts them (SASS, predicated on)
+FLOP_METRICS = {"smsp__sass_thread_inst_executed_op_ffma_pred_on.sum": 2,
+                "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum": 1,
+                "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum": 1}
+FLOPS_N = int(os.environ.get("GRID_CHECK_FLOPS_N", 262144))
+
+
+def fp32_peak() -> float:
+    """The fp32 FLOP/s of this GPU's CUDA cores: SMs x 128 lanes x 2 (an FMA) x the SM clock."""
+    res = run(["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"])
+    mhz = float(res.stdout.split()[0])
+    import torch  # the SM count (torch is on the GPU machine)
+
+    return torch.cuda.get_device_properties(0).multi_processor_count * 128 * 2 * mhz * 1e6
+
+
+def phase_flops(state: dict) -> None:
+    """FLOPs a state executes, counted by Nsight Compute over one launch of the auto layout at
+    N = FLOPS_N (FMA counted as two), and the fp32 compute floor they give at each timed N:
+    N x FLOPs over the GPU's fp32 peak.  float32, per robot and algorithm."""
+    import csv
+    import io
+
+    out = {"n": FLOPS_N, "fp32_peak_flops": fp32_peak(), "per_state": {}}
+    for label in ROBOTS:
+        for alg in ALGORITHMS:
+            n = FLOPS_N if FLOPS_N * bytes_per_state(label, alg) <= BATCH_BYTES else 4096
+            res = run(["ncu", "--csv", "--metrics", ",".join(FLOP_METRICS), BUILD / label / f"bench_{alg}", "once",
+                       "--sizes", n])
+            if res.returncode:
+                raise RuntimeError(f"ncu {label} {alg} failed: {(res.stdout + res.stderr)[-1500:]}")
+            total = 0.0
+            rows = csv.DictReader(io.StringIO("\n".join(ln for ln in res.stdout.splitlines() if ln.startswith('"'))))
+            for row in rows:
+                value = float(row["Metric Value"].replace(",", ""))
+                total += FLOP_METRICS[row["Metric Name"]] * value
+            out["per_state"][f"{label}:{alg}"] = total / n
+            log(f"{label} {alg}: {total / n:.0f} FLOP a state (N = {n})")
+    state["flops"] = out
+
+
+def compute_floor_us(state: dict, robot: str, alg: str, n: int) -> float | None:
+    f = state.get("flops", {})
+    per = f.get("per_state", {}).get(f"{robot}:{alg}")
+    return None if per is None else n * per / f["fp32_peak_flops"] * 1e6
 
 
 def phase_fused(state: dict) -> None:
@@ -802,12 +890,14 @@ def _measure_runtime(state: dict) -> None:
 
 
 def phase_tune(state: dict) -> None:
-    """Per algorithm and robot: the crossover to the per-state layout, the P1 winner of the
-    block layout, (inverse dynamics) the per-state occupancy; written to
-    grid_algorithms/<algorithm>.tuning.json, which the composer bakes into headers."""
+    """Per algorithm and robot, the measured choices (grid_core.tuning: the crossover to the
+    per-state layout, the P1 form of the block layout, the per-state occupancy, the A/B options,
+    forward dynamics' method) written to grid_algorithms/<algorithm>.tuning.json, which the
+    composer bakes into headers."""
     import warnings
 
     import grid_core
+    from grid_core import tuning
 
     warnings.simplefilter("ignore")
     rows = state.get("time", [])
@@ -815,169 +905,18 @@ def phase_tune(state: dict) -> None:
     # GRID_CHECK_TUNE=a,b: rewrite only these tuning files (a base-variants run has no P1 A/B)
     tune = [a for a in (os.environ.get("GRID_CHECK_TUNE") or ",".join(ALGORITHMS)).split(",") if a in ALGORITHMS]
     for alg in tune:
-        mine = [x for x in rows if x.get("algorithm", "inverse_dynamics") == alg]
         path = ROOT / "grid_algorithms" / f"{alg}.tuning.json"
-        # robots this run did not measure keep their entries
         on_file = json.loads(path.read_text()).get("robots", {}) if path.exists() else {}
-        tuning = {"note": "measured by benchmarks/gpu_check.sh; baked into headers by the composer",
-                  "robots": dict(on_file)}
+        entries = {}
         for r in ROBOTS:
-            robot = grid_core.load_robot(r)
-            k = {(x["n"], x["layout"]): x[TUNE_METRIC] for x in mine if x["robot"] == r}
-            kb = {x["n"]: x[TUNE_METRIC] for x in mine if x["robot"] == f"{r}-bodies" and x["layout"] == "block"}
-            sizes = sorted({n for n, _ in k})
-            if not sizes:
-                continue
-            cross = _crossover(k)
-            levels_256 = k.get((256, "block"))
-            bodies_256 = kb.get(256)
-            if levels_256 is None or bodies_256 is None:  # no P1 A/B in this run: the measured one on file
-                p1 = on_file.get(r, {}).get("p1", "levels")
-            else:
-                p1 = "levels" if levels_256 <= bodies_256 else "bodies"
-            entry = {"digest": robot.digest[:16], "per_state_min_n": cross if cross is not None else max(sizes) + 1}
-            # occupancy of the per-state kernel: the fastest at the largest batch, where this run
-            # measured the alternatives (else the measured value on file stays)
-            big = max(sizes)
-            occ_times = {1: k.get((big, "per_state"))}
-            for occ in OCCUPANCIES:
-                for x in mine:
-                    if x["robot"] == f"{r}-occ{occ}" and x["n"] == big and x["layout"] == "per_state":
-                        occ_times[occ] = x[TUNE_METRIC]
-            occ_times = {o: t for o, t in occ_times.items() if t is not None}
-            if len(occ_times) > 1:
-                best_occ = min(occ_times, key=occ_times.get)
-                if 1 in occ_times and occ_times[best_occ] > 0.97 * occ_times[1]:
-                    best_occ = 1  # within noise of the default: keep the compiler's register budget
-                entry.update(per_state_min_blocks=best_occ,
-                             per_state_occupancy_ab_us={str(o): t for o, t in occ_times.items()})
-            elif "per_state_min_blocks" in on_file.get(r, {}):
-                entry.update({key: on_file[r][key] for key in ("per_state_min_blocks", "per_state_occupancy_ab_us")
-                              if key in on_file[r]})
-            if bodies_256 is None and "ab_block_n256_us" in on_file.get(r, {}):
-                # no P1 A/B in this run: the A/B on file stays with the choice it made
-                entry.update({key: on_file[r][key] for key in ("ab_block_n256_us", "ab_block_n1024_us")
-                              if key in on_file[r]}, p1=p1, gpu=state.get("gpu", ""))
-            else:
-                entry.update(p1=p1, ab_block_n256_us={"levels": levels_256, "bodies": bodies_256},
-                             ab_block_n1024_us={"levels": k.get((1024, "block")), "bodies": kb.get(1024)},
-                             gpu=state.get("gpu", ""))
-            if alg == "forward_dynamics":
-                _pick_method(entry, rows, r)
-            if alg == "minv":
-                _pick_frame(entry, rows, r, on_file.get(r, {}))
-            if alg in _stage_algorithms():
-                for mode in ("stage", "ring"):
-                    _pick_min_n(entry, mine, r, on_file.get(r, {}), mode)
-                ring_from = entry.get("per_state_ring_min_n", on_file.get(r, {}).get("per_state_ring_min_n", 0))
-                header = BUILD / r / "grid.cuh"
-                if header.exists() and f"{alg.upper()}_RING_SLOTS" in header.read_text():  # a robot with a ring
-                    _pick_ring(entry, mine, r, on_file.get(r, {}), "ringflush", "flushgroups", ring_from)
-            tuning["robots"][r] = entry
-        state["tuning"][alg] = tuning
-        path.write_text(json.dumps(tuning, indent=1) + "\n")
-
-
-# what the tune phase compares: the CUDA-graph replay of one launch (the launch's own time without the
-# host's enqueue jitter, which moves a single event-timed launch by up to a microsecond)
-TUNE_METRIC = "graph_us"
-
-
-def _geomean(values) -> float:
-    import math
-
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
-def _crossover(k: dict) -> int | None:
-    """The smallest N from which the per-state layout is never slower than one block per state
-    (``k``: kernel µs by (N, layout)), or None."""
-    sizes = sorted({n for n, _ in k})
-    for n in sizes:
-        if (n, "block") in k and all(k[(m, "per_state")] <= k[(m, "block")]
-                                     for m in sizes if m >= n and (m, "block") in k):
-            return n
-    return None
-
-
-def _pick_method(entry: dict, rows: list, robot: str) -> None:
-    """Forward dynamics by Minv (tau - bias) or by ABA: the method whose auto-layout kernel times
-    have the smaller geometric mean over the batch sizes both were timed at (this run's rows of
-    forward_dynamics, built by Minv, and of aba).  With ABA the crossover is aba's own."""
-    def auto(alg):
-        return {x["n"]: x[TUNE_METRIC] for x in rows if x.get("algorithm") == alg and x["robot"] == robot
-                and x["layout"] == "auto"}
-
-    fd, aba = auto("forward_dynamics"), auto("aba")
-    common = sorted(set(fd) & set(aba))
-    if not common:
-        return
-    gm = {m: _geomean(t[n] for n in common) for m, t in (("minv", fd), ("aba", aba))}
-    entry["method"] = min(gm, key=gm.get)
-    entry["method_ab_geomean_us"] = {m: round(v, 3) for m, v in gm.items()}
-    entry["method_ab_sizes"] = common
-    if entry["method"] == "aba":
-        cross = _crossover({(x["n"], x["layout"]): x[TUNE_METRIC] for x in rows
-                            if x.get("algorithm") == "aba" and x["robot"] == robot})
-        if cross is not None:
-            entry["per_state_min_n"] = cross
-
-
-def _pick_min_n(entry: dict, rows: list, robot: str, on_file: dict, mode: str) -> None:
-    """From which batch the first form of A/B ``mode`` (its forced builds in this run: staged vs
-    plain, ring vs per-thread stores) takes over from the second: the smallest N from which it is
-    never slower by more than 3% (noise), as the A/B's option, with its figures; without the A/B
-    the ones on file stay."""
-    ab = AB_MODES[mode]
-    fast, slow = ab.forms
-    t = {form: {x["n"]: x[TUNE_METRIC] for x in rows if x["robot"] == f"{robot}-{form}"} for form in (fast, slow)}
-    common = sorted(set(t[fast]) & set(t[slow]))
-    figures = f"{mode}_ab_us"
-    if not common:
-        entry.update({k: on_file[k] for k in (ab.option, figures) if k in on_file})
-        return
-    entry[ab.option] = next((n for n in common if all(t[fast][m] <= 1.03 * t[slow][m] for m in common if m >= n)),
-                            max(common) + 1)
-    entry[figures] = {str(n): {fast: t[fast][n], slow: t[slow][n]} for n in common}
-
-
-def _pick_ring(entry: dict, rows: list, robot: str, on_file: dict, mode: str, default: str, ring_from: int) -> None:
-    """The form of ring A/B ``mode`` (its forced builds in this run) whose per-state kernel times
-    have the smallest geometric mean over the batch sizes where the ring runs (from ``ring_from``,
-    at least one warp an SM) and every form was timed; the default form unless another is more
-    than 3% faster (noise).  Without the A/B the choice on file stays."""
-    ab = AB_MODES[mode]
-    t = {form: {x["n"]: x[TUNE_METRIC] for x in rows if x["robot"] == f"{robot}-{form}" and x["layout"] == "per_state"}
-         for form in ab.forms}
-    common = sorted(set.intersection(*(set(v) for v in t.values())))
-    common = [n for n in common if n >= max(ring_from, 4096)]
-    figures = f"{mode}_ab_geomean_us"
-    if not common:
-        entry.update({k: on_file[k] for k in (ab.option, figures) if k in on_file})
-        return
-    gm = {form: _geomean(t[form][n] for n in common) for form in ab.forms}
-    best = min(gm, key=gm.get)
-    if gm[best] > 0.97 * gm[default]:
-        best = default
-    entry[ab.option] = ab.forms[best]
-    entry[figures] = {form: round(v, 3) for form, v in gm.items()}
-    entry[f"{mode}_ab_sizes"] = common
-
-
-def _pick_frame(entry: dict, rows: list, robot: str, on_file: dict) -> None:
-    """Minv's per-state column frame: the one whose per-state kernel times (Minv's, this run's
-    forced-frame builds) have the smaller geometric mean over the batch sizes both were timed
-    at; root unless body is more than 3% faster (noise).  Without the A/B the one on file stays."""
-    t = {f: {x["n"]: x[TUNE_METRIC] for x in rows if x.get("algorithm") == "minv" and x["robot"] == f"{robot}-{f}frame"}
-         for f in AB_MODES["frame"].forms.values()}
-    common = sorted(set(t["root"]) & set(t["body"]))
-    if not common:
-        entry.update({k: on_file[k] for k in ("per_state_frame", "frame_ab_geomean_us") if k in on_file})
-        return
-    gm = {f: _geomean(t[f][n] for n in common) for f in t}
-    entry["per_state_frame"] = "body" if gm["body"] < 0.97 * gm["root"] else "root"
-    entry["frame_ab_geomean_us"] = {f: round(v, 3) for f, v in gm.items()}
+            header = BUILD / r / "grid.cuh"
+            entry = tuning.tune_entry(
+                alg, grid_core.load_robot(r), rows, on_file.get(r, {}), modes=AB_MODES, occupancies=OCCUPANCIES,
+                staged=alg in _stage_algorithms(), gpu=state.get("gpu", ""),
+                has_ring=header.exists() and f"{alg.upper()}_RING_SLOTS" in header.read_text())
+            if entry is not None:
+                entries[r] = entry
+        state["tuning"][alg] = tuning.write_tuning(path, entries)
 
 
 def phase_peers(state: dict) -> None:
@@ -1018,10 +957,11 @@ def _baked_method(robot_name: str) -> str:
     return tuning_for(grid_core.algorithms()["forward_dynamics"], grid_core.load_robot(robot_name)).get("method", "minv")
 
 
-def targets(rows: list) -> list[str]:
+def targets(rows: list, state: dict | None = None) -> list[str]:
     """The issue targets of each algorithm's kernels, each line with its figures and a verdict:
-    near the launch floor up to N = 16384 (iiwa14, hyq), within 2x of the memory floor from
-    N = 262144, every published upstream cell (resident and with copies) beaten."""
+    near the launch floor up to N = 16384 (iiwa14, hyq), within 3x of the larger of the memory
+    and fp32 compute floors from N = 262144, every published upstream cell (resident and with
+    copies) beaten."""
     out = []
     for alg in ALGORITHMS:
         auto = {(x["robot"], x["n"]): x for x in rows
@@ -1058,9 +998,14 @@ def targets(rows: list) -> list[str]:
                                f"{moved}  {'yes' if worst[1] <= 2.0 else 'NO'}")
         for (r, n), x in sorted(auto.items()):
             if n >= 262144:
+                # the larger of the memory floor and the fp32 compute floor (the flops phase's count);
+                # within 3x of it (the GPU-run issue)
                 floor = n * bytes_per_state(r, alg) / HBM_BYTES_PER_S * 1e6
-                out.append(f"  {r} N={n}: kernel {x['kernel_us']:.1f} us, memory floor {floor:.1f} us, "
-                           f"ratio {x['kernel_us'] / floor:.2f}  {'yes' if x['kernel_us'] <= 2 * floor else 'NO'}")
+                comp = compute_floor_us(state or {}, r, alg, n)
+                top = max(floor, comp or 0.0)
+                out.append(f"  {r} N={n}: kernel {x['kernel_us']:.1f} us, memory floor {floor:.1f} us, compute floor "
+                           f"{'-' if comp is None else format(comp, '.1f')} us, ratio to the larger "
+                           f"{x['kernel_us'] / top:.2f}  {'yes' if x['kernel_us'] <= 3 * top else 'NO'}")
         for r, cells in UPSTREAM_5090.get(alg, {}).items():
             for n, (res_, host) in cells.items():
                 x = auto.get((r, n))
@@ -1103,7 +1048,7 @@ def summary(state: dict) -> str:
         lines.append(f"{alg}, float32, µs (median). kernel = one launch in cudaEvents; empty = empty kernel, "
                      "same grid, same run;")
         lines.append("graph = CUDA-graph replay; resident = host-timed launch+sync; io = host wrapper with copies; "
-                     "floor = bytes in + out at 4.3 TB/s; upstream: H200 kernel (GRiD 032ed02 on this GPU) / "
+                     "floor = the larger of bytes in + out at 4.3 TB/s and FLOPs at the fp32 peak; upstream: H200 kernel (GRiD 032ed02 on this GPU) / "
                      "5090 res/host (published)")
         hdr = (f"{'robot':<8}{'N':>9} {'layout':<10}{'kernel':>8}{'empty':>8}{'k-e':>7}{'graph':>8}{'g-empty':>8}"
                f"{'resident':>9}{'io':>9}{'floor':>8}  upstream")
@@ -1120,13 +1065,14 @@ def summary(state: dict) -> str:
                 up.append(f"5090 res {res_} / host {host}")
             floor = ""
             if n >= 262144:
-                floor = f"{n * bytes_per_state(r, alg) / HBM_BYTES_PER_S * 1e6:.1f}"
+                comp = compute_floor_us(state, r, alg, n)
+                floor = f"{max(n * bytes_per_state(r, alg) / HBM_BYTES_PER_S * 1e6, comp or 0.0):.1f}"
             lines.append(
                 f"{r:<8}{n:>9} {x['resolved']:<10}{x['kernel_us']:>8.2f}{x['empty_us']:>8.2f}"
                 f"{x['kernel_us'] - x['empty_us']:>7.2f}{x['graph_us']:>8.2f}{x['graph_empty_us']:>8.2f}"
                 f"{x['resident_us']:>9.2f}{x['io_us']:>9.2f}{floor:>8}  {'; '.join(up)}"
             )
-    lines += targets(rows)
+    lines += targets(rows, state)
     staged = {(x["robot"][:-7], x["n"]): x["kernel_us"] for x in rows if x["robot"].endswith("-staged")}
     if staged:
         lines += ["", "crba per-state layout, kernel µs: plain vs staged through shared memory (coalesced stores):"]
@@ -1261,6 +1207,7 @@ def phases_of(state: dict, args) -> list:
             ("tests", lambda: phase_tests(state)),
             ("sanitize", lambda: phase_sanitize(state)),
             ("time", lambda: phase_time(state, args.repeats)),
+            ("flops", lambda: phase_flops(state)),
             ("fused", lambda: phase_fused(state)),
             ("runtime", lambda: phase_runtime(state)),
             ("tune", lambda: phase_tune(state)),

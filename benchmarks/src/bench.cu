@@ -2,6 +2,7 @@
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -include grid.cuh -DBENCH_ADAPTER='"adapter.h"' bench.cu -o bench
 //   ./bench time  --robot NAME --sizes 1,16,... --repeats 200 --warmup 20 --json out.json
+//   ./bench once  --sizes 262144       (one launch of the auto layout a size: for Nsight Compute)
 //   ./bench check                      (every layout, tier and block size on small batches;
 //                                       run under compute-sanitizer memcheck / racecheck)
 //
@@ -370,6 +371,21 @@ static int run_check() {
     return failures ? 1 : 0;
 }
 
+// One launch of the auto layout per size, nothing else on the device: what Nsight Compute counts
+// (gpu_check's flops phase: the floating-point instructions a state executes).
+static int run_once(const std::vector<int> &sizes) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    for (int n : sizes) {
+        Buffers b(n);
+        g::LaunchConfig cfg;
+        CHECK(launch(b, cfg, s));
+        CHECK(cudaStreamSynchronize(s));
+    }
+    cudaStreamDestroy(s);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     std::string mode = argc > 1 ? argv[1] : "check";
     std::string robot = "robot", json;
@@ -389,5 +405,6 @@ int main(int argc, char **argv) {
         }
     }
     if (mode == "time") return run_time(robot, sizes, repeats, warmup, json);
+    if (mode == "once") return run_once(sizes);
     return run_check();
 }
