@@ -752,17 +752,19 @@ def phase_runtime(state: dict) -> None:
         rows = Path(tmp) / "time.json"
         rows.write_text(json.dumps(state.get("time", [])))
         results = {}
-        # numpy, torch and CuPy in one process; JAX in another (see _measure_jax)
-        for part in ("arrays", "jax"):
+        # numpy, torch and CuPy in one process; JAX in another (see _measure_jax); every algorithm
+        # in a third (GRID_CHECK_RUNTIME_PARTS: some of them)
+        for part in os.environ.get("GRID_CHECK_RUNTIME_PARTS", "arrays,jax,algorithms").split(","):
             result = Path(tmp) / f"{part}.json"
             res = subprocess.run([sys.executable, __file__, "--runtime-child", part, str(rows), str(result)], cwd=ROOT)
             if res.returncode or not result.exists():
                 raise RuntimeError(f"the runtime measurement ({part}) failed (exit {res.returncode})")
             results[part] = json.loads(result.read_text())
-    runtime = results["arrays"]
-    jax_rows = {(x["robot"], x["n"]): x for x in results["jax"]}
+    runtime = results.get("arrays", {"build": {}, "overhead": []})
+    jax_rows = {(x["robot"], x["n"]): x for x in results.get("jax", [])}
     for row in runtime["overhead"]:
         row.update(jax_rows.get((row["robot"], row["n"]), {}))
+    runtime["algorithms"] = results.get("algorithms", [])
     state["runtime"] = runtime
 
 
@@ -772,6 +774,8 @@ def _runtime_child(part: str, rows_path: str, result_path: str) -> None:
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         _measure_jax(state)
         Path(result_path).write_text(json.dumps(state["jax"]))
+    elif part == "algorithms":
+        Path(result_path).write_text(json.dumps(_measure_every_algorithm(state)))
     else:
         _measure_runtime(state)
         Path(result_path).write_text(json.dumps(state["runtime"]))
@@ -887,6 +891,55 @@ def _measure_runtime(state: dict) -> None:
                 row.update(kernel_us=r["kernel_us"], resident_us=r["resident_us"], io_us=r["io_us"])
             out["overhead"].append(row)
     state["runtime"] = out
+
+
+def _measure_every_algorithm(state: dict) -> list:
+    """Every emitted algorithm through RobotHandle (float32, one library a robot): numpy in and
+    out, and torch CUDA tensors in and out (allocated by the call) + torch.cuda.synchronize,
+    against the same algorithm's C++ figures of the time phase (io: the host wrapper with copies;
+    resident: launch + synchronise), at N = 16, 256, 1024.  Each a median of 100 calls."""
+    import warnings
+
+    import numpy as np
+
+    import grid_core
+    from grid_core.runtime import RobotHandle
+    from grid_core.testing import random_q
+
+    warnings.simplefilter("ignore")
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the device image has it
+        torch = None
+    emitted = sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
+    timed = {(x["robot"], x["n"], x.get("algorithm", "inverse_dynamics")): x for x in state.get("time", [])
+             if x["layout"] == "auto"}
+    rows = []
+    for name in RUNTIME_ROBOTS:
+        robot = grid_core.load_robot(name)
+        h = RobotHandle(robot, emitted, np.float32, quiet=True)
+        rng = np.random.default_rng(0)
+        for alg in emitted:
+            ports = [p for p in grid_core.registry().algorithm(alg).inputs(robot) if p.kind == "state" and not p.optional]
+            for n in (16, 256, 1024):
+                args = [random_q(robot, rng, n) if p.name == "q" else rng.normal(size=(n, *p.shape)) for p in ports]
+                args = [a.astype(np.float32) for a in args]
+                method = getattr(h, alg)
+                row = {"robot": name, "algorithm": alg, "n": n,
+                       "numpy_us": _median_us(lambda: method(*args), repeats=100, warmup=10)}
+                if torch is not None:
+                    targs = [torch.from_numpy(a).cuda() for a in args]
+
+                    def call():
+                        method(*targs)
+                        torch.cuda.synchronize()
+
+                    row["torch_us"] = _median_us(call, repeats=100, warmup=10)
+                c = timed.get((name, n, alg))
+                if c:
+                    row.update(io_us=c["io_us"], resident_us=c["resident_us"])
+                rows.append(row)
+    return rows
 
 
 def phase_tune(state: dict) -> None:
@@ -1163,6 +1216,15 @@ def summary(state: dict) -> str:
                     o = x["jax_chain_overhead_us"]
                     lines.append(f"  {x['robot']:<8}{x['n']:>6}  jax {x['jax_chain_us']:>6.2f}  raw {x['raw_chain_us']:>6.2f}"
                                  f"  overhead {o:>6.2f} [{lo:.2f}, {hi:.2f}]  {'yes' if o < 10 else 'NO'}")
+    if rt and rt.get("algorithms"):
+        lines += ["", "every algorithm through RobotHandle (float32, µs, median of 100 calls): numpy in/out against the C++ "
+                  "host wrapper with copies (io); torch CUDA tensors in/out + synchronize against launch + synchronise "
+                  "(resident)"]
+        lines.append(f"{'robot':<8}{'algorithm':<28}{'N':>6}{'numpy':>9}{'io C++':>9}{'torch':>9}{'resident':>9}")
+        nan = float("nan")
+        for x in rt["algorithms"]:
+            lines.append(f"{x['robot']:<8}{x['algorithm']:<28}{x['n']:>6}{x['numpy_us']:>9.1f}{x.get('io_us', nan):>9.1f}"
+                         f"{x.get('torch_us', nan):>9.1f}{x.get('resident_us', nan):>9.1f}")
     f = state.get("fused")
     if isinstance(f, dict) and "fused_us" in f:
         lines.append("")
