@@ -194,6 +194,13 @@ def _runtime_tables(runtime: dict) -> list[str]:
         out += [".. rubric:: Per call through Python (µs), beside the kernel alone", "",
                 *list_table(["robot", "N", *(escape(k.removesuffix("_us")) for k in keys)],
                             [[escape(r["robot"]), str(r["n"]), *(_us(r.get(k)) for k in keys)] for r in rows])]
+    rows = runtime.get("algorithms") or []
+    if rows:
+        out += [".. rubric:: Every algorithm through RobotHandle (µs, float32): numpy in and out beside the C++ host "
+                "wrapper with copies; torch CUDA tensors in and out beside launch + synchronise", "",
+                *list_table(["robot", "algorithm", "N", "numpy", "io C++", "torch", "resident C++"],
+                            [[escape(r["robot"]), escape(r["algorithm"]), str(r["n"]), _us(r.get("numpy_us")),
+                              _us(r.get("io_us")), _us(r.get("torch_us")), _us(r.get("resident_us"))] for r in rows])]
     return out
 
 
