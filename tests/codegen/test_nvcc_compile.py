@@ -1,7 +1,8 @@
 """Level L3: the headers compile with nvcc for sm_90 (CI: tests.generated.NVCC_SAMPLE; every robot
 the emulated tests prove with GRID_FULL_SWEEP=1), every emitted
 algorithm's every tier and both precisions instantiated, at rung 0 and with the deepest spill
-rung forced (both headers in one translation unit, in two namespaces).  The calls are made
+rung forced (both headers in one translation unit, in two namespaces; a robot's light algorithms
+in one unit, each heavy derivative in its own).  The calls are made
 from each layer's signature node (grid_core.emit.layers), so a new algorithm needs no edit here."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from conftest import load
 from grid_core.composer import Composer, GenerateOptions, generate
 from grid_core.resources import describe_kernel, parse_ptxas
 from grid_core.runtime.cuda import find_nvcc
-from tests.generated import NVCC_ROBOTS, nvcc_algorithms
+from tests.generated import GRADIENTS, NVCC_ROBOTS, nvcc_algorithms
 
 DRIVER = """
 #include "rung0.cuh"
@@ -48,10 +49,23 @@ def calls(robot, ns: str, algorithms) -> tuple[list[str], dict[str, int]]:
     return out, per_state
 
 
-@pytest.mark.parametrize("name", NVCC_ROBOTS)
-def test_headers_compile_for_sm90_at_every_tier(name, tmp_path):
+def groups() -> list:
+    """``(robot, algorithms)`` of each translation unit: a robot's light algorithms in one header
+    (they share it in every library), each of its heavy derivatives (tests.generated.GRADIENTS:
+    minutes of nvcc each on a humanoid) in one of its own, so that the units spread over the
+    workers and none holds every kernel of a humanoid."""
+    out = []
+    for name in NVCC_ROBOTS:
+        algorithms = nvcc_algorithms(name)
+        light = [a for a in algorithms if a not in GRADIENTS]
+        for group in [light] + [[a] for a in algorithms if a in GRADIENTS]:
+            out.append(pytest.param(name, group, id=f"{name}-{'+'.join(group) if len(group) == 1 else 'light'}"))
+    return out
+
+
+@pytest.mark.parametrize(("name", "algorithms"), groups())
+def test_headers_compile_for_sm90_at_every_tier(name, algorithms, tmp_path):
     robot = load(name)
-    algorithms = nvcc_algorithms(name)
     (tmp_path / "rung0.cuh").write_text(generate(robot, algorithms, namespace="grid"))
     (tmp_path / "spill.cuh").write_text(generate(robot, algorithms, namespace="grid_spill", target_shared_mem_bytes=0))
     lines, per_state = calls(robot, "grid", algorithms)
