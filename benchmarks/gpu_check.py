@@ -39,7 +39,7 @@ BUILD = ROOT / "benchmarks" / "build"
 RESULTS = ROOT / "benchmarks" / "results"
 ROBOTS = os.environ.get("GRID_CHECK_ROBOTS", "iiwa14,hyq,atlas,g1").split(",")  # go2 too for its ANCHORS §A cells
 # the runtime phase: every robot with an upstream host figure (ANCHORS §A)
-RUNTIME_ROBOTS = ["iiwa14", "go2", "g1"]
+RUNTIME_ROBOTS = os.environ.get("GRID_CHECK_RUNTIME_ROBOTS", "iiwa14,go2,g1").split(",")
 # the peers phase: the robots and batches of benchmarks/peers.py's documented run
 PEER_ROBOTS = os.environ.get("GRID_CHECK_PEER_ROBOTS", "iiwa14,go2,g1")
 PEER_SIZES = os.environ.get("GRID_CHECK_PEER_SIZES", "16,256,1024,4096,16384,65536")

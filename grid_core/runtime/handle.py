@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .. import buildcache
@@ -9,10 +11,18 @@ from .backend import AbiBackend, load_abi
 from .cuda import cuda_arch, find_nvcc, nvcc_version, require_device
 
 
+ENV_SPLIT = "GRID_NVCC_SPLIT_COMPILE"
+"""nvcc's ``-split-compile`` threads for a library (0: one per CPU): its kernels optimised and
+assembled in parallel, which pays for a library of every algorithm on a many-core machine.  Part
+of the command, so of the cache key."""
+
+
 def nvcc_command(nvcc: str, arch: str) -> list[str]:
     """Machine code for this GPU only (the library is built where it runs), stripped."""
     num = arch.split("_", 1)[-1]
-    return [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}", "-Xcompiler", "-fPIC",
+    split = os.environ.get(ENV_SPLIT)
+    return [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}",
+            *(["-split-compile", split] if split else []), "-Xcompiler", "-fPIC",
             "-shared", *buildcache.private_symbols(nvcc=True), "-Xlinker", "--strip-all", "-o", "{out}", "abi.cu"]
 
 
