@@ -183,17 +183,20 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
     return "\n".join(lines)
 
 
-def _quaternion_check(fn: AbiFunction, robot: Robot | None, T: str) -> list[str]:
-    """The host form's check of the free-flyer quaternions in the staged q (unit norm, as
-    :func:`grid_core.reference.check_quaternions` requires): one pass over N x 4 values."""
+def quaternion_check(fn: AbiFunction, robot: Robot | None, T: str, staged: bool = True) -> list[str]:
+    """A host entry's check of the free-flyer quaternions of q (unit norm, as
+    :func:`grid_core.reference.check_quaternions` requires; ``GRID_ABI_BAD_QUATERNION`` else):
+    one pass over N x 4 values, of the staged copy (the host form) or of the caller's array (the
+    CPU build's entry, ``staged=False``)."""
     q = next((p for p in fn.inputs if is_configuration(p, robot)), None) if robot is not None else None
     if q is None:
         return []
     lo, hi = (1 - QUATERNION_TOLERANCE) ** 2, (1 + QUATERNION_TOLERANCE) ** 2
+    source = f"reinterpret_cast<const {T} *>(h_in + i_{q.name})" if staged else q.name
     lines = [
         "    // free-flyer quaternions (x y z w) of unit norm: a zero one would give NaN silently",
         f"    if ({q.name} != nullptr) {{",
-        f"        const {T} *qs = reinterpret_cast<const {T} *>(h_in + i_{q.name});",
+        f"        const {T} *qs = {source};",
         "        for (size_t k = 0; k < n; ++k) {",
     ]
     for i in robot.quaternion_indices:
@@ -285,7 +288,7 @@ def _function_source(fn: AbiFunction, ns: str, robot: Robot | None = None) -> li
         f"    const uint32_t nonfinite = copy_segments<{T}>(copies, count);",
         f"    for (int k = 0; nonfinite != 0 && k < {len(fn.inputs)}; ++k)",
         "        if (nonfinite >> k & 1u) return GRID_ABI_NONFINITE_INPUT - k;",
-        *_quaternion_check(fn, robot, T),
+        *quaternion_check(fn, robot, T),
     ]
     for p in fn.inputs:
         body.append(f"    const {T} *d_{p.name} = {p.name} != nullptr ? reinterpret_cast<const {T} *>(d_in + i_{p.name}) "

@@ -52,8 +52,9 @@ def compiler_identity(compiler: str) -> dict:
 def cpu_entries(robot, algorithms, dtypes=None, frames=None) -> str:
     """The numpy entries of the CPU build: per algorithm and precision, the host form's
     signature with ``workers`` in place of ``transfer``; NaN and inf in a state input
-    return ``GRID_ABI_NONFINITE_INPUT - k`` as the host form does."""
-    from ..abi import DTYPES, PACKED_TAIL, abi_functions
+    return ``GRID_ABI_NONFINITE_INPUT - k`` and a free-flyer quaternion of q not of unit norm
+    ``GRID_ABI_BAD_QUATERNION``, as the host form does."""
+    from ..abi import DTYPES, PACKED_TAIL, abi_functions, quaternion_check
 
     lines = ['extern "C" {']
     for fn in abi_functions(robot, algorithms, dtypes, frames):
@@ -73,6 +74,7 @@ def cpu_entries(robot, algorithms, dtypes=None, frames=None) -> str:
                 f"    const size_t sizes[] = {{{', '.join(f'n * {math.prod(p.shape)}' for p in fn.inputs)}}};",
                 f"    const int bad = grid_emu::first_nonfinite(inputs, sizes, {len(fn.inputs)}, workers);",
                 "    if (bad >= 0) return GRID_ABI_NONFINITE_INPUT - bad;",
+                *quaternion_check(fn, robot, T, staged=False),
             ]
         lines += [f"    if (poison_outputs) std::memset({p.name}, 0xff, n * {math.prod(p.shape)} * sizeof({T}));"
                   for p in fn.outputs]

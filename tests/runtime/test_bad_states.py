@@ -1,6 +1,6 @@
 """Bad states get a clear error, not NaN: a zero or far-from-unit free-flyer quaternion is an
 InputError naming the input on every backend (the Reference, the host-emulated code on its
-general and lean paths, C and Python forms, and the GPU's numpy path); Robot.neutral() and
+general and lean paths, C and Python forms, the CPU build, and the GPU's numpy path); Robot.neutral() and
 Robot.random_configuration(rng) give valid states; a mass matrix singular by construction (a
 zero-mass chain, erd:romeo's fingers) is a GridError naming robot, algorithm and cause."""
 
@@ -92,6 +92,22 @@ def test_emulated_refuses_it_on_every_path(go2, emulated, rng):
         good = AbiBackend._numpy_fast(run, plan, tuple(args), None)
         assert_close(good, Reference(go2).inverse_dynamics(*args), 1e-9 if dt == np.float64 else 1e-4)
         args[0][1, 3:7] *= 2.0
+
+
+def test_cpu_handle_refuses_it_on_every_path(go2, rng):
+    """The CPU build's entry checks the quaternions as the host form does (it returned NaN)."""
+    cpu = grid_core.CpuHandle(go2, ["inverse_dynamics"], quiet=True)
+    q = go2.neutral()
+    q[3:7] = 0.0
+    with pytest.raises(InputError, match=f"^{ZERO}$"):  # one state
+        cpu.inverse_dynamics(q, np.zeros(18), np.zeros(18))
+    args = bad_batch(go2, rng)
+    with pytest.raises(InputError, match=SECOND):  # a batch, positionally: the lean path first
+        cpu.inverse_dynamics(*args)
+    with pytest.raises(InputError, match=SECOND):  # keywords: the general path
+        cpu.inverse_dynamics(q=args[0], qd=args[1], qdd=args[2])
+    args[0][1, 3:7] /= 2.0
+    assert_close(cpu.inverse_dynamics(*args), Reference(go2).inverse_dynamics(*args), 1e-9)
 
 
 @pytest.mark.gpu
