@@ -53,6 +53,10 @@ def mapped_by_default(num_timesteps: int, values_per_state: int) -> bool:
 # Word index layout of the packed entries: the arguments in order, then these.
 PACKED_TAIL = ("num_timesteps", "layout", "tier", "threads", "blocks", "stream_or_transfer")
 
+# What a host entry returns for an input it refuses (grid_core/runtime/abi_support.h)
+NONFINITE_INPUT = -1000  # GRID_ABI_NONFINITE_INPUT: state input k holds a NaN or an inf: -1000 - k
+BAD_QUATERNION = -900  # GRID_ABI_BAD_QUATERNION: a free-flyer quaternion of q not of unit norm
+
 
 @attrs.frozen
 class AbiFunction:

@@ -28,29 +28,57 @@ def _shape_text(shape, batched: bool = False) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+class PortErrors:
+    """The errors of one input of one algorithm, one line each: the texts the Reference and every
+    backend raise (grid_core.runtime.plan), whatever kind of array carried the input."""
+
+    def __init__(self, algorithm: str, name: str, shape: tuple[int, ...], batched: bool):
+        self.algorithm, self.name, self.shape, self.batched = algorithm, name, shape, batched
+
+    def _error(self, what: str) -> InputError:
+        return InputError(f"{self.algorithm}: argument '{self.name}' {what}")
+
+    def required(self) -> InputError:
+        return self._error(f"is required, expected shape {_shape_text(self.shape)}")
+
+    def not_an_array(self, exc: Exception) -> InputError:
+        return self._error(f"is not an array: {exc}")
+
+    def dtype(self, dtype) -> InputError:
+        return self._error(f"has dtype {dtype}, expected a real floating-point array of shape "
+                           f"{_shape_text(self.shape)}")
+
+    def shape_of(self, shape: tuple) -> InputError:
+        expect = _shape_text(self.shape) + (f" or {_shape_text(self.shape, batched=True)}" if self.batched else "")
+        return self._error(f"has shape {tuple(shape)}, expected {expect}")
+
+    def batch(self, n: int, first: str, batch: int) -> InputError:
+        return self._error(f"has batch size {n} but '{first}' has {batch}")
+
+    def nonfinite(self) -> InputError:
+        return self._error("contains NaN or inf")
+
+
 def as_float_array(name: str, value, shape: tuple[int, ...], *, algorithm: str, batched: bool):
     """Validate one input; return ``(array float64, batch size or None)``."""
+    errors = PortErrors(algorithm, name, shape, batched)
     if value is None:
-        raise InputError(f"{algorithm}: argument '{name}' is required, expected shape {_shape_text(shape)}")
+        raise errors.required()
     try:
         arr = np.asarray(value)
     except Exception as exc:  # ragged lists and the like
-        raise InputError(f"{algorithm}: argument '{name}' is not an array: {exc}") from None
+        raise errors.not_an_array(exc) from None
     if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
-        raise InputError(
-            f"{algorithm}: argument '{name}' has dtype {arr.dtype}, expected a real floating-point "
-            f"array of shape {_shape_text(shape)}"
-        )
+        raise errors.dtype(arr.dtype)
     arr = arr.astype(np.float64, copy=False)
     if arr.shape == shape:
         n = None
     elif batched and arr.ndim == len(shape) + 1 and arr.shape[1:] == shape:
         n = arr.shape[0]
     else:
-        expect = _shape_text(shape) + (f" or {_shape_text(shape, batched=True)}" if batched else "")
-        raise InputError(f"{algorithm}: argument '{name}' has shape {arr.shape}, expected {expect}")
+        raise errors.shape_of(arr.shape)
     if not np.all(np.isfinite(arr)):
-        raise InputError(f"{algorithm}: argument '{name}' contains NaN or inf")
+        raise errors.nonfinite()
     return arr, n
 
 
@@ -146,13 +174,11 @@ def bind_inputs(alg: Algorithm, robot: Robot, args, kwargs) -> tuple[dict, int |
         arr, n = as_float_array(p.name, value, p.shape, algorithm=alg.name, batched=p.batched)
         if n is not None:
             if batch is not None and n != batch:
-                raise InputError(
-                    f"{alg.name}: argument '{p.name}' has batch size {n} but '{batch_from}' has {batch}"
-                )
+                raise PortErrors(alg.name, p.name, p.shape, p.batched).batch(n, batch_from, batch)
             batch, batch_from = n, p.name
         bound[p.name] = arr
     if batch is not None:
-        # every batched input must then be batched (a single state is not broadcast)
+        # a single state among a batch is broadcast over it (every backend does the same)
         for p in ports:
             arr = bound[p.name]
             if p.batched and arr is not None and arr.shape == p.shape:

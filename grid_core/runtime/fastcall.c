@@ -17,10 +17,20 @@
  *
  * device(entry, template, nwords, n_index, protocol, type, dtype, device, stream, n, outs,
  *        out_shapes, ins, in_shapes, required) -> int | None
- *   The same for CUDA arrays, calling the packed device entry (asynchronous on `stream`):
- *   every array must be exactly of `type`, of `dtype`, on `device`, C-contiguous, (n, *shape).
+ *   The same for arrays read by attribute, calling the packed device entry (asynchronous on
+ *   `stream`) or, with `stream` None, the packed entry as its template has it (PyTorch tensors
+ *   in host memory, `device` -1, through the host entry): every array must be exactly of `type`,
+ *   of `dtype`, on `device`, C-contiguous, (n, *shape) (n -1: (*shape)).
  *   protocol 0 (PyTorch): x.dtype is dtype, x.get_device(), x.is_contiguous(), x.data_ptr();
  *   protocol 1 (CuPy): x.dtype == dtype, x.device.id, x.flags.c_contiguous, x.data.ptr.
+ *
+ * values(ins, in_shapes, configuration, nq, quaternions, lo, hi) -> int | None
+ *   The checks a host entry makes of its inputs, for arrays no library reads first (JAX arrays
+ *   in host memory), read through the buffer protocol (float32 or float64, C-contiguous, of
+ *   shape (*shape) or (N, *shape); None: omitted): GRID_ABI_NONFINITE_INPUT - k for the first
+ *   array k holding a NaN or an inf, else GRID_ABI_BAD_QUATERNION where ins[configuration] (-1:
+ *   none) holds, in a row of nq values, a quaternion at one of the offsets `quaternions` of
+ *   squared norm outside [lo, hi]; else 0.  None when an array cannot be read so.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -159,13 +169,15 @@ enum { PROTOCOL_TORCH = 0, PROTOCOL_CUPY = 1 };
 static PyObject *s_dtype, *s_shape, *s_get_device, *s_is_contiguous, *s_data_ptr, *s_flags, *s_c_contiguous, *s_device,
     *s_id, *s_data, *s_ptr;
 
-/* shp (a tuple, or a subclass such as torch.Size) equals (n, *shape). */
+/* shp (a tuple, or a subclass such as torch.Size) equals (n, *shape) (n -1: shape). */
 static int same_shape(PyObject *shp, Py_ssize_t n, PyObject *shape) {
-    Py_ssize_t dims = PyTuple_GET_SIZE(shape);
-    if (!PyTuple_Check(shp) || PyTuple_GET_SIZE(shp) != dims + 1 || PyLong_AsSsize_t(PyTuple_GET_ITEM(shp, 0)) != n)
+    Py_ssize_t dims = PyTuple_GET_SIZE(shape), batch = n < 0 ? 0 : 1;
+    if (!PyTuple_Check(shp) || PyTuple_GET_SIZE(shp) != dims + batch ||
+        (batch && PyLong_AsSsize_t(PyTuple_GET_ITEM(shp, 0)) != n))
         return 0;
     for (Py_ssize_t k = 0; k < dims; ++k)
-        if (PyLong_AsSsize_t(PyTuple_GET_ITEM(shp, k + 1)) != PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, k))) return 0;
+        if (PyLong_AsSsize_t(PyTuple_GET_ITEM(shp, k + batch)) != PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, k)))
+            return 0;
     return 1;
 }
 
@@ -219,13 +231,14 @@ static PyObject *device(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long protocol = PyLong_AsLong(args[4]);
     PyObject *type = args[5], *dtype = args[6];
     long dev = PyLong_AsLong(args[7]);
-    uint64_t stream = (uint64_t)PyLong_AsUnsignedLongLong(args[8]);
+    int has_stream = args[8] != Py_None;
+    uint64_t stream = has_stream ? (uint64_t)PyLong_AsUnsignedLongLong(args[8]) : 0;
     if (PyErr_Occurred()) return NULL;
     if (!PyType_Check(type) || (protocol != PROTOCOL_TORCH && protocol != PROTOCOL_CUPY)) {
         PyErr_SetString(PyExc_TypeError, "device(): malformed plan");
         return NULL;
     }
-    int fits = c.n > 0;
+    int fits = c.n > 0 || c.n == -1;
     for (Py_ssize_t i = 0; fits && i < c.n_state; ++i) {
         PyObject *x = input_at(&c, i, &fits);
         if (x == NULL) continue;
@@ -240,14 +253,82 @@ static PyObject *device(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         c.words[j] = (uint64_t)a;
     }
     if (!fits) Py_RETURN_NONE;
-    c.words[c.n_index + 5] = stream;
+    if (has_stream) c.words[c.n_index + 5] = stream;
     return PyLong_FromLong(call_entry(&c));
+}
+
+#define NONFINITE_INPUT (-1000) /* GRID_ABI_NONFINITE_INPUT, GRID_ABI_BAD_QUATERNION (abi_support.h) */
+#define BAD_QUATERNION (-900)
+
+/* Value i of a float32 ('f') or float64 ('d') buffer, as a double. */
+static double value_at(const Py_buffer *view, Py_ssize_t i) {
+    return view->itemsize == 4 ? (double)((const float *)view->buf)[i] : ((const double *)view->buf)[i];
+}
+
+static PyObject *values(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "values() takes 7 arguments");
+        return NULL;
+    }
+    PyObject *ins = args[0], *in_shapes = args[1], *quaternions = args[4];
+    Py_ssize_t configuration = PyLong_AsSsize_t(args[2]), nq = PyLong_AsSsize_t(args[3]);
+    double lo = PyFloat_AsDouble(args[5]), hi = PyFloat_AsDouble(args[6]);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyTuple_Check(ins) || !PyTuple_Check(in_shapes) || !PyTuple_Check(quaternions) || nq <= 0 ||
+        PyTuple_GET_SIZE(ins) > PyTuple_GET_SIZE(in_shapes)) {
+        PyErr_SetString(PyExc_TypeError, "values(): malformed plan");
+        return NULL;
+    }
+    long code = 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(ins); ++k) {
+        PyObject *x = PyTuple_GET_ITEM(ins, k), *shape = PyTuple_GET_ITEM(in_shapes, k);
+        if (x == Py_None) continue;
+        Py_buffer view;
+        if (!PyObject_CheckBuffer(x) || PyObject_GetBuffer(x, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        const char *f = view.format != NULL ? view.format : "";
+        if (*f == '=' || *f == '<' || *f == '@') ++f; /* native order (x86-64: little-endian) */
+        const Py_ssize_t dims = PyTuple_GET_SIZE(shape), batch = view.ndim - dims;
+        int fits = ((f[0] == 'd' && view.itemsize == 8) || (f[0] == 'f' && view.itemsize == 4)) && f[1] == '\0' &&
+                   (batch == 0 || batch == 1);
+        for (Py_ssize_t d = 0; fits && d < dims; ++d)
+            fits = view.shape[d + batch] == PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, d));
+        if (!fits) {
+            PyBuffer_Release(&view);
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        const Py_ssize_t count = view.len / view.itemsize;
+        int finite = 1;
+        for (Py_ssize_t i = 0; i < count; ++i) {
+            const double v = value_at(&view, i);
+            finite &= v - v == 0.0; /* NaN and inf give NaN */
+        }
+        if (!finite && code == 0) code = NONFINITE_INPUT - (long)k;
+        for (Py_ssize_t r = 0; code == 0 && k == configuration && r < count / nq; ++r) {
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(quaternions); ++j) {
+                const Py_ssize_t at = r * nq + PyLong_AsSsize_t(PyTuple_GET_ITEM(quaternions, j));
+                double nn = 0.0;
+                for (int c = 0; c < 4; ++c) nn += value_at(&view, at + c) * value_at(&view, at + c);
+                if (!(nn >= lo && nn <= hi)) code = BAD_QUATERNION;
+            }
+        }
+        PyBuffer_Release(&view);
+        if (code != 0) break;
+    }
+    if (PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(code);
 }
 
 static PyMethodDef methods[] = {
     {"host", (PyCFunction)(void (*)(void))host, METH_FASTCALL, "Validate numpy arrays and call a packed host entry."},
     {"device", (PyCFunction)(void (*)(void))device, METH_FASTCALL,
-     "Validate CUDA arrays and call a packed device entry."},
+     "Validate PyTorch or CuPy arrays and call a packed entry."},
+    {"values", (PyCFunction)(void (*)(void))values, METH_FASTCALL,
+     "Check the values of host arrays as a host entry does."},
     {NULL, NULL, 0, NULL},
 };
 

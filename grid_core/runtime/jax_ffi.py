@@ -8,10 +8,16 @@ one larger batch).  Params (``gravity``, ``dt``) are attributes of the call, so 
 ``jax.jit`` they must be concrete values, not traced ones.  No derivative rule is defined:
 ``jax.grad`` through a call raises JAX's own error.
 
+The call plan (:mod:`.plan`) judges JAX arrays as it judges the others, through
+:data:`JAX`: eagerly before the call, and when JAX traces it (shapes and dtypes, under
+``jax.jit`` too).  Values are checked on a backend that runs on the host, for arrays that hold
+them (not tracers): NaN and inf, and a free-flyer quaternion of q not of unit norm.
+
 The handler library is robot-independent: built once per jaxlib version with the host C++
 compiler against the headers jaxlib ships (``jax.ffi.include_dir()``) and cached by
 content (:mod:`grid_core.buildcache`).  On XLA:CPU the same call runs an
-:class:`~grid_core.testing.Emulated` library (how CI tests this path without a GPU).
+:class:`~grid_core.testing.Emulated` or :class:`~grid_core.CpuHandle` library (how CI tests this path
+without a GPU).
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import buildcache
-from .backend import _FALLBACK, batch_of
 from ..errors import BuildError, InputError
+from .adapters import DECLINED, HostArrays
 
 TARGET = "grid_rbd_call"
 _lock = threading.Lock()
@@ -72,30 +78,21 @@ def register() -> None:
         _state["lib"] = lib
 
 
-def _params(alg, ins, given) -> tuple[float, ...]:
-    """Every param's values, concatenated: concrete, finite, of its port's shape."""
+def _param_values(plan, params) -> tuple[float, ...]:
+    """Every param's float64 values (checked by the plan; None: its default), concatenated: the
+    call's attribute."""
     values = []
-    for p in ins:
-        if p.kind != "param":
-            continue
-        x = given.get(p.name, p.default)
-        try:
-            a = np.asarray(x, dtype=np.float64)
-        except Exception as exc:  # a tracer: jax.errors.TracerArrayConversionError and kin
-            raise InputError(f"{alg.name}: argument '{p.name}' must be a concrete value (under jax.jit, pass it as "
-                             f"a static argument or a Python number): {type(exc).__name__}") from None
-        if a.shape != p.shape or not np.isfinite(a).all():
-            raise InputError(f"{alg.name}: argument '{p.name}' must be finite with shape {p.shape}")
-        values += a.ravel().tolist()
+    for p, v in zip(plan.params, params):
+        values += np.asarray(p.default if v is None else v, dtype=np.float64).ravel().tolist()
     return tuple(values)
 
 
-def _function(backend, alg, present: tuple[bool, ...], params: tuple[float, ...]):
+def _function(backend, plan, present: tuple[bool, ...], params: tuple[float, ...]):
     """The jitted call of one algorithm for one set of present inputs, params and launch
-    settings, cached on the backend.  Its arguments are checked and converted while JAX
-    traces it, which happens once per shape and dtype signature: a later call with the same
-    signature costs only JAX's own dispatch."""
-    key = (alg.name, present, params, backend._launch_of(alg.name))
+    settings, cached on the backend.  Its arguments are judged by the plan while JAX traces
+    it, which happens once per shape and dtype signature: a later call with the same signature
+    costs only JAX's own dispatch."""
+    key = (plan.name, present, params, backend._launch_of(plan.name))
     cache = backend.__dict__.setdefault("_jax_functions", {})
     fn = cache.get(key)
     if fn is not None:
@@ -103,8 +100,6 @@ def _function(backend, alg, present: tuple[bool, ...], params: tuple[float, ...]
     import jax
     import jax.numpy as jnp
 
-    ins, outs = backend._ports(alg)
-    given = [p for p, here in zip((p for p in ins if p.kind == "state"), present) if here]
     index, k = [], 0
     for here in present:
         index.append(k if here else -1)
@@ -112,25 +107,27 @@ def _function(backend, alg, present: tuple[bool, ...], params: tuple[float, ...]
     dtype = backend.dtype
     attrs = dict(
         library=str(backend._library_file()),
-        symbol=f"grid_abi_{alg.name}_{backend._suffix()}_packed",
+        symbol=f"grid_abi_{plan.name}_{backend._suffix()}_packed",
         itemsize=int(dtype.itemsize),
         inputs=np.array(index, dtype=np.int64),
-        input_sizes=np.array([math.prod(p.shape) for p in ins if p.kind == "state"], dtype=np.int64),
-        output_sizes=np.array([math.prod(p.shape) for p in outs], dtype=np.int64),
+        input_sizes=np.array([math.prod(s) for s in plan.state_shapes], dtype=np.int64),
+        output_sizes=np.array([math.prod(s) for s in plan.out_shapes], dtype=np.int64),
         params=np.array(params, dtype=np.float64),
-        param_sizes=np.array([math.prod(p.shape) for p in ins if p.kind == "param"], dtype=np.int64),
-        launch=np.array(backend._launch_of(alg.name), dtype=np.int64),
+        param_sizes=np.array([math.prod(p.shape) for p in plan.params], dtype=np.int64),
+        launch=np.array(backend._launch_of(plan.name), dtype=np.int64),
     )
 
     def call(*xs):
         # runs while JAX traces: shapes and dtypes are known, values are not
-        for p, x in zip(given, xs):
-            if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)):
-                raise InputError(f"{alg.name}: argument '{p.name}' has dtype {x.dtype}, expected a real array")
-        batch = batch_of(alg.name, [(p, tuple(x.shape)) for p, x in zip(given, xs)], "JAX")
-        converted = [x if x.dtype == dtype else x.astype(dtype) for x in xs]
+        given = iter(xs)
+        views, batch = plan.check_states(JAX, [next(given) if here else None for here in present])
         lead = () if batch is None else (batch,)
-        results = [jax.ShapeDtypeStruct((*lead, *p.shape), dtype) for p in outs]
+        converted = []
+        for v, p in zip(views, plan.states):
+            if v is not None:
+                v = jnp.broadcast_to(v, (*lead, *p.shape))  # a single state among a batch: over it
+                converted.append(v if v.dtype == dtype else v.astype(dtype))
+        results = [jax.ShapeDtypeStruct((*lead, *s), dtype) for s in plan.out_shapes]
         values = jax.ffi.ffi_call(TARGET, results, vmap_method="broadcast_all")(*converted, **attrs)
         return values[0] if len(values) == 1 else tuple(values)
 
@@ -138,52 +135,69 @@ def _function(backend, alg, present: tuple[bool, ...], params: tuple[float, ...]
     return fn
 
 
-def _check_mode(backend, alg) -> None:
+def _check_mode(backend, plan) -> None:
     import jax
 
     if backend.dtype == np.float64 and not jax.config.jax_enable_x64:
-        raise InputError(f"{alg.name}: a float64 handle needs JAX's 64-bit mode "
+        raise InputError(f"{plan.name}: a float64 handle needs JAX's 64-bit mode "
                          "(jax.config.update('jax_enable_x64', True))")
 
 
-def lean(backend, plan, args, out):
-    """The lean path: arrays passed positionally, params at their defaults: straight into
-    the cached jitted call (checked when JAX traces it).  Anything else returns
-    ``FALLBACK`` (the general path, :func:`call`)."""
+def _check_values(backend, plan, xs, checked: bool = True) -> None:
+    """The values of the inputs that hold them (not tracers), on a backend that runs on the host
+    (device memory is not scanned, as for CUDA arrays); their shapes and dtypes ``checked`` by
+    the plan already, or to be."""
+    if not backend.accepts_device_arrays:
+        plan.check_values(xs, None if checked else JAX)
 
-    if out is not None or any(x is None for x in args):
-        return _FALLBACK  # (an input given as None: the general path omits it)
+
+class JaxArrays:
+    """JAX arrays and tracers (numpy arrays among them are constants of the call): one jitted
+    XLA FFI call, JAX arrays out."""
+
+    immutable = True
+
+    @staticmethod
+    def describe(plan, port, x):
+        if not is_jax(x):
+            return HostArrays.describe(plan, port, x)
+        dt = x.dtype
+        real = _REAL.get(dt)
+        if real is None:
+            import jax.numpy as jnp
+
+            real = _REAL[dt] = bool(jnp.issubdtype(dt, jnp.floating) or jnp.issubdtype(dt, jnp.integer))
+        return x, tuple(x.shape), dt, real
+
+    @staticmethod
+    def run(backend, plan, views, batch, params, outs):
+        _check_mode(backend, plan)
+        _check_values(backend, plan, views)
+        register()
+        present = tuple(v is not None for v in views)
+        return _function(backend, plan, present, _param_values(plan, params))(*(v for v in views if v is not None))
+
+
+JAX = JaxArrays()
+_REAL: dict = {}  # dtype -> whether it is real (jnp.issubdtype costs a µs)
+
+
+def lean(backend, plan, args, out):
+    """The lean path: arrays passed positionally, params at their defaults: straight into the
+    cached jitted call, judged by the plan when JAX traces it (values here, on a host backend).
+    Anything else returns ``DECLINED`` (the checked path)."""
+    if out is not None or any(x is None for x in args) or len(args) > plan.n_state:
+        return DECLINED  # (an input given as None: the checked path omits it)
     fn = plan.jax.get(len(args))
     if fn is None:
-        if len(args) > plan.n_state or any(plan.required[len(args):]):
-            return _FALLBACK
-        _check_mode(backend, plan.alg)
+        if any(plan.required[len(args):]):
+            return DECLINED
+        _check_mode(backend, plan)
         register()
-        ins, _ = backend._ports(plan.alg)
         present = tuple(k < len(args) for k in range(plan.n_state))
-        fn = plan.jax[len(args)] = _function(backend, plan.alg, present, _params(plan.alg, ins, {}))
-    return fn(*args)
-
-
-def call(backend, alg, args, kwargs, out):
-    """``alg`` on JAX arrays (or tracers), any arguments: bound to the ports, then one
-    jitted FFI call; returns JAX arrays."""
-    if out is not None:
-        raise InputError(f"{alg.name}: JAX arrays are immutable; out= is not taken with JAX inputs")
-    _check_mode(backend, alg)
-    register()
-    from ..reference import bind_arguments
-
-    ins, _ = backend._ports(alg)
-    given = bind_arguments(alg.name, ins, args, kwargs)
-    xs, present = [], []
-    for p in ins:
-        if p.kind != "state":
-            continue
-        x = given.get(p.name)
-        if x is None and not p.optional:
-            raise InputError(f"{alg.name}: argument '{p.name}' is required")
-        present.append(x is not None)
-        if x is not None:
-            xs.append(x)
-    return _function(backend, alg, tuple(present), _params(alg, ins, given))(*xs)
+        fn = plan.jax[len(args)] = _function(backend, plan, present, _param_values(plan, (None,) * len(plan.params)))
+    _check_values(backend, plan, (*args, *(None,) * (plan.n_state - len(args))), checked=False)
+    try:
+        return fn(*args)
+    except InputError as exc:  # the plan's, while JAX traced the call: without the note JAX adds to it
+        raise InputError(str(exc)) from None

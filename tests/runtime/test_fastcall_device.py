@@ -13,7 +13,7 @@ import pytest
 import grid_core
 from conftest import load
 from grid_core import Reference
-from grid_core.runtime.backend import _CUPY, _TORCH
+from grid_core.runtime.adapters import _CUPY, _TORCH
 from grid_core.testing import Emulated, assert_close, random_state
 
 TORCH_F32 = object()  # a torch dtype is compared by identity

@@ -382,6 +382,14 @@ def test_the_c_call_path_limits_match_its_source():
     source = (Path(fastcall.__file__).with_name("fastcall.c")).read_text()
     defines = dict(re.findall(r"#define (MAX_WORDS|MAX_ARRAYS) (\d+)", source))
     assert int(defines["MAX_WORDS"]) == fastcall.MAX_WORDS and int(defines["MAX_ARRAYS"]) == fastcall.MAX_ARRAYS
+    # and the codes of a refused input, as the library returns them (its values check says the same)
+    from grid_core import abi
+
+    support = (Path(fastcall.__file__).with_name("abi_support.h")).read_text()
+    for text, prefix in ((support, "GRID_ABI_"), (source, "")):
+        codes = dict(re.findall(rf"#define {prefix}(NONFINITE_INPUT|BAD_QUATERNION) \((-\d+)\)", text))
+        assert {k: int(v) for k, v in codes.items()} == {"NONFINITE_INPUT": abi.NONFINITE_INPUT,
+                                                           "BAD_QUATERNION": abi.BAD_QUATERNION}, prefix
 
 
 def test_the_c_abi_refuses_more_state_inputs_than_its_nonfinite_report_has_bits():
