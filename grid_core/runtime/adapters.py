@@ -66,7 +66,7 @@ def device_of(x) -> str:
     return f"device {x.device}" if is_torch(x) else "a CUDA device"
 
 
-def _address(a: np.ndarray) -> int:
+def address_of(a: np.ndarray) -> int:
     """The data address of a C-contiguous, non-empty array: through the buffer protocol (a
     fraction of ``a.ctypes.data``'s cost, which matters on a call path of a few µs)."""
     try:
@@ -128,7 +128,7 @@ def run_host(backend, plan, views, batch, params, outs):
         arrays.append(v)
     shapes = [(n, *p.shape) for p in plan.outs]
     results = [np.empty(s, dt) for s in shapes] if outs is None else [o.reshape(s) for o, s in zip(outs, shapes)]
-    code = plan.launch("host", [r.ctypes.data for r in results], [0 if a is None else a.ctypes.data for a in arrays],
+    code = plan.launch("host", [address_of(r) for r in results], [0 if a is None else address_of(a) for a in arrays],
                        plan.param_arrays(params), n)
     if code:
         error = plan.failure(code, arrays, batch)
@@ -342,10 +342,10 @@ def numpy_lean(backend, plan, args, out):
             if type(x) is not np.ndarray or x.dtype != dt or not x.flags.c_contiguous or x.shape != shape or \
                     writable and not x.flags.writeable:
                 return None
-            return _address(x)
+            return address_of(x)
 
         w = plan.words("host")
-        outs = _pack(plan, w, args, out, n, address, lambda shape: np.empty(shape, dt), _address)
+        outs = _pack(plan, w, args, out, n, address, lambda shape: np.empty(shape, dt), address_of)
         if outs is None:
             return DECLINED
         err = plan.host_fn(w)

@@ -259,7 +259,7 @@ class CallPlan:
         input), params (host arrays of the handle's dtype, kept alive by the caller) and the
         batch size; the entry's code."""
         w = self._type.from_buffer_copy(self._templates[entry])
-        values = [*outs, *states, *(a.ctypes.data for a in params)]
+        values = [*outs, *states, *map(adapters.address_of, params)]
         w[:len(values)] = values
         w[self.i_n] = n
         if stream is not None:
