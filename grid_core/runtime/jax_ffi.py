@@ -143,14 +143,6 @@ def _check_mode(backend, plan) -> None:
                          "(jax.config.update('jax_enable_x64', True))")
 
 
-def _check_values(backend, plan, xs, checked: bool = True) -> None:
-    """The values of the inputs that hold them (not tracers), on a backend that runs on the host
-    (device memory is not scanned, as for CUDA arrays); their shapes and dtypes ``checked`` by
-    the plan already, or to be."""
-    if not backend.accepts_device_arrays:
-        plan.check_values(xs, None if checked else JAX)
-
-
 class JaxArrays:
     """JAX arrays and tracers (numpy arrays among them are constants of the call): one jitted
     XLA FFI call, JAX arrays out."""
@@ -172,7 +164,8 @@ class JaxArrays:
     @staticmethod
     def run(backend, plan, views, batch, params, outs):
         _check_mode(backend, plan)
-        _check_values(backend, plan, views)
+        if not backend.accepts_device_arrays:  # values in device memory are not scanned, as CUDA arrays'
+            plan.check_values(views)  # (those that hold values: not tracers)
         register()
         present = tuple(v is not None for v in views)
         return _function(backend, plan, present, _param_values(plan, params))(*(v for v in views if v is not None))
@@ -184,8 +177,9 @@ _REAL: dict = {}  # dtype -> whether it is real (jnp.issubdtype costs a µs)
 
 def lean(backend, plan, args, out):
     """The lean path: arrays passed positionally, params at their defaults: straight into the
-    cached jitted call, judged by the plan when JAX traces it (values here, on a host backend).
-    Anything else returns ``DECLINED`` (the checked path)."""
+    cached jitted call, judged by the plan when JAX traces it; on a host backend, arrays whose
+    values the C form finds good (``CallPlan.values_code``).  Anything else returns ``DECLINED``
+    (the checked path, which names what is wrong)."""
     if out is not None or any(x is None for x in args) or len(args) > plan.n_state:
         return DECLINED  # (an input given as None: the checked path omits it)
     fn = plan.jax.get(len(args))
@@ -196,7 +190,8 @@ def lean(backend, plan, args, out):
         register()
         present = tuple(k < len(args) for k in range(plan.n_state))
         fn = plan.jax[len(args)] = _function(backend, plan, present, _param_values(plan, (None,) * len(plan.params)))
-    _check_values(backend, plan, (*args, *(None,) * (plan.n_state - len(args))), checked=False)
+    if not backend.accepts_device_arrays and plan.values_code((*args, *(None,) * (plan.n_state - len(args)))) != 0:
+        return DECLINED  # a value to name, or arrays not in host memory (a GPU's, traced ones)
     try:
         return fn(*args)
     except InputError as exc:  # the plan's, while JAX traced the call: without the note JAX adds to it

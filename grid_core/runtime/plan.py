@@ -197,16 +197,20 @@ class CallPlan:
                                  f"{self.dtype.name} array of shape {shape}, of the inputs' kind")
         return outs
 
-    def check_values(self, arrays, adapter=None) -> None:
-        """Values of state inputs in host memory (None where omitted) that no library reads first
-        (JAX arrays): finite, and q's free-flyer quaternions of unit norm.  In C where it could be
-        built (``fastcall.values``, the library's own checks), the error named in numpy.  Their
-        shapes are checked already, or through ``adapter`` first where the C form finds them off."""
+    def values_code(self, arrays) -> int | None:
+        """What the library would say of the values of these state inputs in host memory (None
+        where omitted), which no library reads first (JAX arrays): 0, or its code for an input it
+        refuses (:meth:`failure`); None where the C form (``fastcall.values``) cannot tell (not
+        built, or an array it cannot read as the inputs' shapes)."""
         fc = self.fastcall
-        if fc is not None and fc.values(tuple(arrays), self.state_shapes, *self.values_head) == 0:
+        return None if fc is None else fc.values(tuple(arrays), self.state_shapes, *self.values_head)
+
+    def check_values(self, arrays) -> None:
+        """Values of state inputs in host memory (None where omitted), of shapes checked already,
+        which no library reads first (JAX arrays): finite, and q's free-flyer quaternions of unit
+        norm (in C, :meth:`values_code`; the error named here)."""
+        if self.values_code(arrays) == 0:
             return
-        if adapter is not None:
-            self.check_states(adapter, arrays)
         arrays = [None if a is None else _values_of(a) for a in arrays]
         for p, a in zip(self.states, arrays):
             if a is not None and not np.isfinite(a).all():
