@@ -135,7 +135,8 @@ def default_threads() -> int:
 
 class CpuHandle(AbiBackend):
     """The generated kernels on the CPU, with the same methods as ``Reference`` and
-    ``RobotHandle``: numpy in, numpy out (one state ``(nq,)`` or a batch ``(N, nq)``).
+    ``RobotHandle``: numpy arrays, PyTorch tensors or JAX arrays in host memory in, the same kind
+    out (one state ``(nq,)`` or a batch ``(N, nq)``; :mod:`grid_core.runtime.plan`).
 
     The header is compiled as optimised host C++ in the handle's precision (cached by content;
     ``float64`` by default, ``dtype=np.float32`` builds a library of its own) and every call

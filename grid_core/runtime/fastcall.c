@@ -13,7 +13,7 @@
  *   *_shapes    tuples of per-state shapes
  *   required    tuple of bools, one per state input
  * Returns the entry's return code, or None when an array does not fit (wrong type, dtype,
- * shape, layout, or read-only output): the caller then takes its general path.
+ * shape, layout, or read-only output): the caller then takes its checked path.
  *
  * device(entry, template, nwords, n_index, protocol, type, dtype, device, stream, n, outs,
  *        out_shapes, ins, in_shapes, required) -> int | None

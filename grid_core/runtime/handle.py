@@ -54,7 +54,8 @@ class RobotHandle(AbiBackend):
 
     numpy in -> numpy out, staged through reused pinned buffers: small batches through
     mapped memory the kernel reads in place, larger ones through the copy engine
-    (``transfer``: ``auto``, ``mapped``, ``copy``).  CUDA arrays in -> the same kind out, on
+    (``transfer``: ``auto``, ``mapped``, ``copy``); PyTorch tensors in host memory likewise,
+    tensors out.  CUDA arrays in -> the same kind out, on
     the framework's current stream; JAX arrays through an XLA FFI call, eagerly or inside
     ``jax.jit`` / ``jax.vmap`` (:mod:`grid_core.runtime.jax_ffi`).  ``layout`` (``auto``, ``block``, ``per_state``),
     ``tier``, ``threads`` and ``blocks`` select the launch; :meth:`configure` sets them per
