@@ -189,23 +189,35 @@ def check_model(robot, m) -> None:
 # -- coordinates ----------------------------------------------------------------------------------
 
 
-def _rotations(quat_xyzw: np.ndarray) -> np.ndarray:
-    """``(N, 3, 3)`` rotation matrices (body to world) of unit quaternions ``(N, 4)`` in x y z w."""
+def _array(x):
+    """``(x, its array module)``: a JAX array or tracer stays JAX's (the conversions below run
+    inside ``jax.jit`` and ``jax.jacrev``), anything else becomes a float64 numpy array."""
+    if isinstance(x, np.ndarray) or not hasattr(x, "__array_namespace__"):
+        return np.asarray(x, dtype=np.float64), np
+    return x, x.__array_namespace__()
+
+
+def _replace(x, s: slice, block, axis: int = 1):
+    """``x`` with its entries ``s`` along ``axis`` replaced by ``block``, as a new array."""
+    xp = _array(x)[1]
+    at = (slice(None),) * axis
+    return xp.concatenate([x[at + (slice(0, s.start),)], block, x[at + (slice(s.stop, None),)]], axis=axis)
+
+
+def _rotations(quat_xyzw):
+    """``(N, 3, 3)`` rotation matrices (body to world) of unit quaternions ``(N, 4)`` in x y z w:
+    ``2 u u^T + (w^2 - u.u) I + 2 w [u]x``."""
+    xp = _array(quat_xyzw)[1]
     u, w = quat_xyzw[:, :3], quat_xyzw[:, 3]
-    out = 2.0 * u[:, :, None] * u[:, None, :]
-    out += (w * w - np.einsum("ni,ni->n", u, u))[:, None, None] * np.eye(3)
-    wu = 2.0 * w[:, None] * u
-    out[:, 0, 1] -= wu[:, 2]
-    out[:, 1, 0] += wu[:, 2]
-    out[:, 0, 2] += wu[:, 1]
-    out[:, 2, 0] -= wu[:, 1]
-    out[:, 1, 2] -= wu[:, 0]
-    out[:, 2, 1] += wu[:, 0]
-    return out
+    s = w * w - xp.sum(u * u, axis=1)
+    x, y, z = (2.0 * w * u[:, i] for i in range(3))  # 2 w u
+    skew = ((0.0, -z, y), (z, 0.0, -x), (-y, x, 0.0))
+    return xp.stack([xp.stack([2.0 * u[:, i] * u[:, j] + (s if i == j else skew[i][j]) for j in range(3)], axis=1)
+                     for i in range(3)], axis=1)
 
 
-def _apply(R: np.ndarray, x: np.ndarray) -> np.ndarray:
-    return np.einsum("nij,nj->ni", R, x)
+def _apply(R, x):
+    return _array(x)[1].einsum("nij,nj->ni", R, x)
 
 
 class Coordinates:
@@ -216,23 +228,28 @@ class Coordinates:
     to world: MuJoCo's linear velocity is in the world frame, its angular velocity in the body
     frame, as ours), so ``qacc = G a + [R (omega x v_lin); 0]`` (the rate of ``R``); generalized
     forces map by the transpose (``tau = G^T qfrc``, and ``qfrc = G tau`` as ``G`` is orthogonal),
-    the mass matrix as ``M = G^T qM G``.
+    the mass matrix as ``M = G^T qM G``.  Every conversion is a function of its arguments in their
+    own array module: numpy (float64), or ``jax.numpy`` inside a traced function (one code for
+    both, to be differentiated: the conversions depend on ``q`` through ``R`` and on ``v``
+    through the rate term).
     """
 
     def __init__(self, robot, m):
         from grid_core.model import JointType
 
         self.perm = np.empty(robot.nv, dtype=np.intp)  # our dof k is MuJoCo's dof perm[k]
-        self.qpos_of = []  # (our q index, MuJoCo's qpos address) of each hinge and slide
+        self.qpos_src = np.empty(robot.nq, dtype=np.intp)  # MuJoCo's qpos j is our q[qpos_src[j]]
         self.free = None  # (our q index, MuJoCo's qpos address, our linear dofs) of the free joint
         for b in robot.bodies:
             k = m.body_jntadr[m.body(b.name).id]
             self.perm[b.v_index : b.v_index + b.nv] = m.jnt_dofadr[k] + np.arange(b.nv)
+            j = int(m.jnt_qposadr[k])
             if b.jtype is JointType.FLOATING:
-                self.free = (b.q_index, int(m.jnt_qposadr[k]), slice(b.v_index, b.v_index + 3))
+                self.free = (b.q_index, j, slice(b.v_index, b.v_index + 3))
+                self.qpos_src[j : j + 7] = b.q_index + np.array([0, 1, 2, 6, 3, 4, 5])  # w x y z from x y z w
             else:
-                self.qpos_of.append((b.q_index, int(m.jnt_qposadr[k])))
-        self.nq = robot.nq
+                self.qpos_src[j] = b.q_index
+        self.inverse_perm = np.argsort(self.perm)  # MuJoCo's dof j is our dof inverse_perm[j]
 
     def _base(self, q):
         """``(R, linear dofs, angular dofs)`` of the free joint, ``R`` body to world."""
@@ -240,47 +257,39 @@ class Coordinates:
         return _rotations(q[:, qi + 3 : qi + 7]), lin, slice(lin.stop, lin.stop + 3)
 
     def qpos(self, q):
-        out = np.zeros((len(q), self.nq))
-        for i, j in self.qpos_of:
-            out[:, j] = q[:, i]
-        if self.free:
-            qi, aq, _ = self.free
-            out[:, aq : aq + 3] = q[:, qi : qi + 3]
-            out[:, aq + 3] = q[:, qi + 6]
-            out[:, aq + 4 : aq + 7] = q[:, qi + 3 : qi + 6]
-        return out
+        return _array(q)[0][:, self.qpos_src]
 
     def to_mujoco(self, q, x, turn_v=None):
         """A tangent vector ``x`` (v, a or tau) in MuJoCo's coordinates: ``G x``, plus the rate
         of ``R`` when ``turn_v`` (the velocity) is given (``x`` an acceleration)."""
-        x = np.array(x, dtype=np.float64)
+        x, xp = _array(x)
         if self.free:
             R, lin, ang = self._base(q)
-            if turn_v is not None:
-                x[:, lin] += np.cross(turn_v[:, ang], turn_v[:, lin])
-            x[:, lin] = _apply(R, x[:, lin])
-        out = np.empty_like(x)
-        out[:, self.perm] = x
-        return out
+            xl = x[:, lin] if turn_v is None else x[:, lin] + xp.cross(turn_v[:, ang], turn_v[:, lin])
+            x = _replace(x, lin, _apply(R, xl))
+        return x[:, self.inverse_perm]
 
     def from_mujoco(self, q, y, turn_v=None):
         """The inverse of :meth:`to_mujoco`: ``G^T y`` (forces), less the rate of ``R`` when
         ``turn_v`` is given (accelerations)."""
-        x = np.asarray(y, dtype=np.float64)[:, self.perm]
+        y, xp = _array(y)
+        x = y[:, self.perm]
         if self.free:
             R, lin, ang = self._base(q)
-            x[:, lin] = _apply(np.swapaxes(R, 1, 2), x[:, lin])
+            xl = _apply(xp.swapaxes(R, 1, 2), x[:, lin])
             if turn_v is not None:
-                x[:, lin] -= np.cross(turn_v[:, ang], turn_v[:, lin])
+                xl = xl - xp.cross(turn_v[:, ang], turn_v[:, lin])
+            x = _replace(x, lin, xl)
         return x
 
     def mass_from_mujoco(self, q, M):
         """``G^T qM G`` in our dof order."""
-        out = np.asarray(M, dtype=np.float64)[:, self.perm[:, None], self.perm[None, :]]
+        M, xp = _array(M)
+        out = M[:, self.perm[:, None], self.perm[None, :]]
         if self.free:
             R, lin, _ = self._base(q)
-            out[:, lin, :] = np.einsum("nji,njk->nik", R, out[:, lin, :])
-            out[:, :, lin] = np.einsum("nij,njk->nik", out[:, :, lin], R)
+            out = _replace(out, lin, xp.einsum("nji,njk->nik", R, out[:, lin, :]), axis=1)
+            out = _replace(out, lin, xp.einsum("nij,njk->nik", out[:, :, lin], R), axis=2)
         return out
 
 
