@@ -9,7 +9,28 @@ go to both sides, each in its own coordinates (:class:`Coordinates`): ours are P
 (``q = [pos, quat xyzw]``, ``v = [linear; angular]`` both in the base frame), MuJoCo's free joint
 takes ``qpos = [pos, quat wxyz]`` and ``qvel = [linear velocity in the world frame, angular velocity
 in the body frame]``.  Each quantity is one entry of :data:`QUANTITIES`: our algorithm, how MJX
-computes it, and the conversions of its inputs and output.
+computes it, and the conversions of its inputs and output.  The rows: ``inverse_dynamics`` (MJX's
+RNE with accelerations), ``crba`` (its mass matrix), ``forward_dynamics`` (``mjx.forward``'s
+``qacc``), and the first derivatives of the two dynamics, ours analytic against MJX's automatic
+differentiation: ``inverse_dynamics_gradient`` (``dtau/dq, dtau/dqd``; ``jax.jacrev`` through
+``mjx.inverse``'s ``qfrc_inverse``) and ``forward_dynamics_gradient`` (``dqdd/dq, dqdd/dqd``;
+``jax.jacrev`` through ``mjx.forward``'s ``qacc``).
+
+Our derivatives in ``q`` are in the tangent space, Pinocchio's convention: a free-flyer moves as
+``q (+) dq = q * exp6(dq)``, ``dq = [linear; angular]`` in the base frame; other joints add.  MJX's
+Jacobian is taken in the same chart (:class:`Gradient`): per state, ``jax.jacrev`` of
+``f(dq, v) = ours_from_mujoco(mjx(mujoco_from_ours(q (+) dq, v, x)))`` at ``dq = 0``, ``x`` (qdd or
+tau, ours) held; the chart (:meth:`Coordinates.retract`: ``pos + R dq_lin``,
+``quat * normalise([dq_ang / 2, 1])``) agrees with ``exp6`` to first order, and the conversions,
+which depend on ``q`` through ``R`` and on ``v`` through the rate term, are inside the
+differentiated function (the same :class:`Coordinates` code, on ``jax.numpy`` arrays there).  The
+two Jacobians make one relative error.  MJX's reverse-mode Jacobians of a batch take about
+``1000 nv^2`` words of XLA's working memory per state (4.8 MB per state of g1 in float32 on
+XLA:CPU: 316 GB for 65536 states), so a batch beyond :meth:`Gradient.chunk` states (2048 of g1 in
+float32, 1024 in float64, 8192 of go2; within :data:`PEER_WORKSPACE`, 16 GiB) goes through
+``jax.lax.map`` a chunk at a time, each chunk one vmapped jacrev; the row then records
+``peer_chunk`` (XLA:CPU plans 9.9 GB of temp buffers for 65536 states of g1 that way, in either
+precision; not measured on a GPU yet).
 
 Timing, the same on both sides: inputs resident on the device, each side one ``jax.jit`` (ours
 through its XLA FFI call, so both pay JAX's dispatch once), warm-up, then the median of many
@@ -37,7 +58,7 @@ then, with the package installed (``benchmarks/gpu_check.sh`` does it; alone,
 Without a GPU it runs the same comparison on the CPU (``CpuHandle``, XLA:CPU).  ``--json`` writes
 ``{"date", "gpu", "commit", ..., "peers": [rows]}``, rewritten after each robot; a row is
 ``{robot, N, algorithm, grid_us, peer, peer_us, rel_err, ref_err_grid, ref_err_peer}`` and more.
-The exit status is 1 when a row's agreement exceeds :data:`TOLERANCE`.
+``--algorithms`` picks rows.  The exit status is 1 when a row's agreement exceeds :data:`TOLERANCE`.
 """
 
 from __future__ import annotations
@@ -62,6 +83,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ("iiwa14", "go2", "g1")
 SIZES = (16, 256, 1024, 4096, 16384, 65536)
+# MJX's working memory for the gradient rows' Jacobians, and its estimate per state (Gradient.chunk):
+# 1000 nv^2 words, from XLA:CPU's temp buffers in float32, 0.13 / 1.1 / 4.8 MB per state of
+# iiwa14 / go2 / g1 (nv 7 / 18 / 35); not measured on a GPU yet
+PEER_WORKSPACE = 16 * 2**30
+WORDS_PER_STATE = 1000  # per nv^2
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}  # the validation ladder, relative error
 AGREEMENTS = ("rel_err", "ref_err_grid", "ref_err_peer")  # ours vs the peer, each vs the Reference
 
@@ -216,6 +242,14 @@ def _rotations(quat_xyzw):
                      for i in range(3)], axis=1)
 
 
+def _quat_mul(a, b):
+    """The quaternion products ``a b`` of ``(N, 4)`` quaternions in x y z w."""
+    xp = _array(a)[1]
+    (ax, ay, az, aw), (bx, by, bz, bw) = (tuple(p[:, i] for i in range(4)) for p in (a, b))
+    return xp.stack([aw * bx + ax * bw + ay * bz - az * by, aw * by - ax * bz + ay * bw + az * bx,
+                     aw * bz + ax * by - ay * bx + az * bw, aw * bw - ax * bx - ay * by - az * bz], axis=1)
+
+
 def _apply(R, x):
     return _array(x)[1].einsum("nij,nj->ni", R, x)
 
@@ -229,9 +263,9 @@ class Coordinates:
     frame, as ours), so ``qacc = G a + [R (omega x v_lin); 0]`` (the rate of ``R``); generalized
     forces map by the transpose (``tau = G^T qfrc``, and ``qfrc = G tau`` as ``G`` is orthogonal),
     the mass matrix as ``M = G^T qM G``.  Every conversion is a function of its arguments in their
-    own array module: numpy (float64), or ``jax.numpy`` inside a traced function (one code for
-    both, to be differentiated: the conversions depend on ``q`` through ``R`` and on ``v``
-    through the rate term).
+    own array module: numpy (float64) here, ``jax.numpy`` inside a traced function, where the
+    gradient rows differentiate them (they depend on ``q`` through ``R``, on ``v`` through the
+    rate term).
     """
 
     def __init__(self, robot, m):
@@ -239,6 +273,7 @@ class Coordinates:
 
         self.perm = np.empty(robot.nv, dtype=np.intp)  # our dof k is MuJoCo's dof perm[k]
         self.qpos_src = np.empty(robot.nq, dtype=np.intp)  # MuJoCo's qpos j is our q[qpos_src[j]]
+        self.step_src = np.full(robot.nq, robot.nv, dtype=np.intp)  # our q i moves by dq[step_src[i]] (nv: none)
         self.free = None  # (our q index, MuJoCo's qpos address, our linear dofs) of the free joint
         for b in robot.bodies:
             k = m.body_jntadr[m.body(b.name).id]
@@ -249,6 +284,7 @@ class Coordinates:
                 self.qpos_src[j : j + 7] = b.q_index + np.array([0, 1, 2, 6, 3, 4, 5])  # w x y z from x y z w
             else:
                 self.qpos_src[j] = b.q_index
+                self.step_src[b.q_index] = b.v_index
         self.inverse_perm = np.argsort(self.perm)  # MuJoCo's dof j is our dof inverse_perm[j]
 
     def _base(self, q):
@@ -258,6 +294,24 @@ class Coordinates:
 
     def qpos(self, q):
         return _array(q)[0][:, self.qpos_src]
+
+    def retract(self, q, dq):
+        """``q (+) dq``, to first order at ``dq = 0`` that of ``grid_core.testing.integrate``
+        (Pinocchio's, along which our derivatives in q are taken): a hinge or slide adds its
+        increment; the free joint moves to ``pos + R dq_lin`` and ``quat * normalise([dq_ang / 2, 1])``
+        (x y z w; ``exp(dq_ang / 2)`` to first order, and smooth at ``dq = 0`` where the
+        exponential's norm is not differentiable)."""
+        q, xp = _array(q)
+        dq = _array(dq)[0]
+        out = q + xp.concatenate([dq, xp.zeros_like(dq[:, :1])], axis=1)[:, self.step_src]
+        if self.free:
+            R, lin, ang = self._base(q)
+            qi = self.free[0]
+            turn = xp.concatenate([0.5 * dq[:, ang], xp.ones_like(dq[:, :1])], axis=1)
+            turn = turn / xp.sqrt(xp.sum(turn * turn, axis=1, keepdims=True))
+            pos, quat = q[:, qi : qi + 3] + _apply(R, dq[:, lin]), _quat_mul(q[:, qi + 3 : qi + 7], turn)
+            out = _replace(out, slice(qi, qi + 7), xp.concatenate([pos, quat], axis=1))
+        return out
 
     def to_mujoco(self, q, x, turn_v=None):
         """A tangent vector ``x`` (v, a or tau) in MuJoCo's coordinates: ``G x``, plus the rate
@@ -329,6 +383,13 @@ def mjx_forward_dynamics(mx, qpos, qvel, qfrc):
     return mjx.forward(mx, mjx.make_data(mx).replace(qpos=qpos, qvel=qvel, qfrc_applied=qfrc)).qacc
 
 
+def mjx_inverse(mx, qpos, qvel, qacc):
+    """``qfrc_inverse`` of ``mjx.inverse``, MJX's inverse dynamics as its users call it (the
+    gradient row differentiates it; the row of values times :func:`mjx_inverse_dynamics`)."""
+    mjx = _mjx()
+    return mjx.inverse(mx, mjx.make_data(mx).replace(qpos=qpos, qvel=qvel, qacc=qacc)).qfrc_inverse
+
+
 @attrs.frozen
 class Quantity:
     """One row of the comparison.
@@ -337,7 +398,7 @@ class Quantity:
     timed (none: the row is left out); ``peer_call`` says how MJX computes it and ``mjx(mx, *inputs)``
     does, for one state; ``inputs(coords, q, v, x)`` are MuJoCo's inputs of our state (``x`` is
     qdd or tau, unused by a function of q alone) and ``output(coords, q, v, x, y)`` MJX's output
-    ``y`` in our coordinates.  ``arity``: how many of (q, v, x) our method takes.
+    ``y`` in our coordinates, both batched.  ``arity``: how many of (q, v, x) our method takes.
     """
 
     algorithm: str
@@ -348,17 +409,97 @@ class Quantity:
     output: Callable
     arity: int = 3
 
+    def peer(self, side) -> Callable:
+        """MJX's batched function of :meth:`peer_inputs`, to ``jax.jit``."""
+        import jax
+
+        return jax.vmap(functools.partial(self.mjx, side.mx))
+
+    def chunk(self, nv: int, dtype) -> int | None:
+        """The states MJX computes at once (None: the whole batch)."""
+        return None
+
+    def peer_inputs(self, c: Coordinates, q, v, x) -> tuple:
+        return self.inputs(c, q, v, x)
+
+    def peer_output(self, c: Coordinates, q, v, x, y):
+        return self.output(c, q, v, x, y)
+
+
+@attrs.frozen
+class Gradient(Quantity):
+    """The derivatives ``(d/dq, d/dv)`` of the quantity that ``mjx``, ``inputs`` and ``output``
+    compute, by ``jax.jacrev`` through MJX, in our coordinates: for each state,
+    ``f(dq, v) = output(q (+) dq, v, x, mjx(inputs(q (+) dq, v, x)))`` (:meth:`Coordinates.retract`)
+    differentiated at ``dq = 0``, so the conversions, which depend on ``q`` and ``v``, are
+    differentiated too and ``d/dq`` is in the tangent space, as ours.  The peer takes our
+    ``(q, v, x)`` and returns the two Jacobians, a batch larger than :meth:`chunk` through
+    ``jax.lax.map`` in chunks of that many states, each one vmapped jacrev.
+    """
+
+    def chunk(self, nv: int, dtype) -> int:
+        """The largest power of two of states whose Jacobians fit :data:`PEER_WORKSPACE`."""
+        fit = PEER_WORKSPACE // (WORDS_PER_STATE * np.dtype(dtype).itemsize * nv * nv)
+        return 1 << max(0, int(fit).bit_length() - 1)
+
+    def peer(self, side) -> Callable:
+        import jax
+        import jax.numpy as jnp
+
+        c, call = side.coords, functools.partial(self.mjx, side.mx)
+
+        def value(dq, v, q, x):  # the quantity at q (+) dq, one state (a batch of one for the conversions)
+            q, v, x = c.retract(q[None], dq[None]), v[None], x[None]
+            return self.output(c, q, v, x, call(*(y[0] for y in self.inputs(c, q, v, x)))[None])[0]
+
+        jacobians = jax.jacrev(value, argnums=(0, 1))
+
+        def one(q, v, x):
+            return jacobians(jnp.zeros_like(v), v, q, x)
+
+        def batched(*xs):
+            chunk = self.chunk(side.robot.nv, xs[0].dtype)
+            if len(xs[0]) <= chunk:
+                return jax.vmap(one)(*xs)
+            return jax.lax.map(lambda s: one(*s), xs, batch_size=chunk)
+
+        return batched
+
+    def peer_inputs(self, c: Coordinates, q, v, x) -> tuple:
+        return q, v, x
+
+    def peer_output(self, c: Coordinates, q, v, x, y):
+        return y
+
+
+def _dynamics_inputs(c: Coordinates, q, v, a):
+    return c.qpos(q), c.to_mujoco(q, v), c.to_mujoco(q, a, turn_v=v)
+
+
+def _forward_inputs(c: Coordinates, q, v, tau):
+    return c.qpos(q), c.to_mujoco(q, v), c.to_mujoco(q, tau)
+
+
+def _force_output(c: Coordinates, q, v, a, y):
+    return c.from_mujoco(q, y)
+
+
+def _acceleration_output(c: Coordinates, q, v, tau, y):
+    return c.from_mujoco(q, y, turn_v=v)
+
 
 QUANTITIES = (
     Quantity("inverse_dynamics", ("inverse_dynamics",), "MJX kinematics, com_pos, com_vel, rne(flg_acc=True)",
-             mjx_inverse_dynamics,
-             lambda c, q, v, a: (c.qpos(q), c.to_mujoco(q, v), c.to_mujoco(q, a, turn_v=v)),
-             lambda c, q, v, a, y: c.from_mujoco(q, y)),
+             mjx_inverse_dynamics, _dynamics_inputs, _force_output),
     Quantity("crba", ("crba",), "MJX kinematics, com_pos, crb, full_m", mjx_mass_matrix,
              lambda c, q, v, a: (c.qpos(q),), lambda c, q, v, a, y: c.mass_from_mujoco(q, y), arity=1),
     Quantity("forward_dynamics", ("forward_dynamics", "aba"), "MJX forward, qfrc_applied = tau", mjx_forward_dynamics,
-             lambda c, q, v, tau: (c.qpos(q), c.to_mujoco(q, v), c.to_mujoco(q, tau)),
-             lambda c, q, v, tau, y: c.from_mujoco(q, y, turn_v=v)),
+             _forward_inputs, _acceleration_output),
+    Gradient("inverse_dynamics_gradient", ("inverse_dynamics_gradient",),
+             "jax.jacrev through mjx.inverse (qfrc_inverse; autodiff)", mjx_inverse, _dynamics_inputs, _force_output),
+    Gradient("forward_dynamics_gradient", ("forward_dynamics_gradient",),
+             "jax.jacrev through mjx.forward (qacc, qfrc_applied = tau; autodiff)", mjx_forward_dynamics,
+             _forward_inputs, _acceleration_output),
 )
 
 
@@ -366,22 +507,25 @@ QUANTITIES = (
 
 
 def median_us(fn, args, repeats: int, warmup: int) -> float:
-    """Median wall time of ``fn(*args).block_until_ready()`` in µs, after ``warmup`` calls."""
+    """Median wall time of ``fn(*args)``, waited for by ``jax.block_until_ready``, in µs, after
+    ``warmup`` calls."""
+    import jax
+
     for _ in range(warmup):
-        fn(*args).block_until_ready()
+        jax.block_until_ready(fn(*args))
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        fn(*args).block_until_ready()
+        jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - t0)
     return float(np.median(times) * 1e6)
 
 
-def kernel_us(method, args: list[np.ndarray], out_shape, repeats: int) -> tuple[float | None, str]:
-    """Our call alone on the GPU: ``GRAPH_CALLS`` calls on torch tensors (``out=``) captured in
-    one CUDA graph, replayed; CUDA-event time per call, median of the replays.  Where the capture
-    fails, the same calls back to back between events, the reason in the method.  ``(None, why)``
-    without torch or CUDA."""
+def kernel_us(method, args: list[np.ndarray], out_shapes: list[tuple], repeats: int) -> tuple[float | None, str]:
+    """Our call alone on the GPU: ``GRAPH_CALLS`` calls on torch tensors (``out=``, one tensor
+    per output) captured in one CUDA graph, replayed; CUDA-event time per call, median of the
+    replays.  Where the capture fails, the same calls back to back between events, the reason in
+    the method.  ``(None, why)`` without torch or CUDA."""
     try:
         import torch
     except ImportError:
@@ -389,7 +533,8 @@ def kernel_us(method, args: list[np.ndarray], out_shape, repeats: int) -> tuple[
     if not torch.cuda.is_available():
         return None, "no CUDA device"
     xs = [torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in args]
-    out = torch.empty(out_shape, dtype=xs[0].dtype, device="cuda")
+    outs = [torch.empty(shape, dtype=xs[0].dtype, device="cuda") for shape in out_shapes]
+    out = outs[0] if len(outs) == 1 else tuple(outs)
 
     def calls():
         for _ in range(GRAPH_CALLS):
@@ -419,6 +564,14 @@ def kernel_us(method, args: list[np.ndarray], out_shape, repeats: int) -> tuple[
         stop.synchronize()
         times.append(start.elapsed_time(stop) * 1e3 / GRAPH_CALLS)
     return float(np.median(times)), how
+
+
+def batch_major(out) -> np.ndarray:
+    """An output as one array, the batch first: the arrays of a several-output call (a
+    gradient's d/dq and d/dv) stacked on axis 1, so one relative error covers them all."""
+    if isinstance(out, (tuple, list)):
+        return np.stack([np.asarray(x) for x in out], axis=1)
+    return np.asarray(out)
 
 
 def _chunked_rel_error(ours: np.ndarray, theirs: Callable, n: int, chunk: int = 4096) -> float:
@@ -498,25 +651,29 @@ def compare(side: Side, qty: Quantity, n: int, dtype, repeats: int, warmup: int,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             full = tuple(s[:ref_states] for s in side.states)
-            side.reference[ref_name] = getattr(Reference(side.robot), ref_name)(*full[: qty.arity])
+            side.reference[ref_name] = batch_major(getattr(Reference(side.robot), ref_name)(*full[: qty.arity]))
     ref = side.reference[ref_name][:k]
     ours_in = [jax.device_put(a.astype(dtype)) for a in (q, v, x)[: qty.arity]]
-    peer_in = [jax.device_put(a.astype(dtype)) for a in qty.inputs(side.coords, q, v, x)]
+    peer_in = [jax.device_put(a.astype(dtype)) for a in qty.peer_inputs(side.coords, q, v, x)]
     # the model closed over, as MJX's own benchmark (mjx.benchmark) does: its structure is static
-    peer_fn = jax.jit(jax.vmap(functools.partial(qty.mjx, side.mx)), compiler_options=peer_compiler_options)
-    peer_out = np.asarray(peer_fn(*peer_in))
+    peer_fn = jax.jit(qty.peer(side), compiler_options=peer_compiler_options)
+    peer_out = batch_major(peer_fn(*peer_in))
 
     def peer_ours(lo, hi):
-        return qty.output(side.coords, q[lo:hi], v[lo:hi], x[lo:hi], peer_out[lo:hi].astype(np.float64))
+        return qty.peer_output(side.coords, q[lo:hi], v[lo:hi], x[lo:hi], peer_out[lo:hi].astype(np.float64))
 
     from grid_core.testing import rel_error
 
     row = {"robot": side.robot.name, "N": n, "algorithm": qty.algorithm, "dtype": np.dtype(dtype).name,
            "grid_call": mine, "peer": "MJX", "peer_call": qty.peer_call, "ref_err_peer": rel_error(peer_ours(0, k), ref)}
+    chunk = qty.chunk(side.robot.nv, dtype)
+    if chunk is not None and chunk < n:
+        row["peer_chunk"] = chunk  # MJX's states at once (jax.lax.map over the batch)
     if mine is not None:
         method = getattr(side.handle, mine)
         ours_fn = jax.jit(lambda *xs: method(*xs))
-        ours_out = np.asarray(ours_fn(*ours_in))
+        ours_raw = ours_fn(*ours_in)
+        ours_out = batch_major(ours_raw)
         row["rel_err"] = _chunked_rel_error(ours_out, peer_ours, n)
         row["ref_err_grid"] = rel_error(ours_out[:k], ref)
     if timing:
@@ -526,7 +683,8 @@ def compare(side: Side, qty: Quantity, n: int, dtype, repeats: int, warmup: int,
             row["ratio"] = row["peer_us"] / row["grid_us"]
             if jax.default_backend() == "gpu":
                 args = [a.astype(dtype) for a in (q, v, x)[: qty.arity]]
-                row["grid_kernel_us"], row["grid_kernel_method"] = kernel_us(method, args, ours_out.shape, repeats)
+                shapes = [o.shape for o in jax.tree.leaves(ours_raw)]
+                row["grid_kernel_us"], row["grid_kernel_method"] = kernel_us(method, args, shapes, repeats)
     return row
 
 
@@ -562,14 +720,16 @@ def table(rows: list[dict]) -> str:
     def f(x, spec, width):
         return format(format(x, spec) if isinstance(x, (int, float)) else "-", f">{width}")
 
-    lines = [f"{'robot':<8}{'N':>7}  {'algorithm':<17}{'grid us':>10}{'MJX us':>10}{'MJX/grid':>9}{'kernel us':>10}"
+    lines = [f"{'robot':<8}{'N':>7}  {'algorithm':<27}{'grid us':>10}{'MJX us':>10}{'MJX/grid':>9}{'kernel us':>10}"
              f"{'rel_err':>9}{'ref grid':>9}{'ref MJX':>9}"]
     for r in rows:
-        lines.append(f"{r['robot']:<8}{r['N']:>7}  {r['algorithm']:<17}{f(r.get('grid_us'), '.1f', 10)}"
+        lines.append(f"{r['robot']:<8}{r['N']:>7}  {r['algorithm']:<27}{f(r.get('grid_us'), '.1f', 10)}"
                      f"{f(r.get('peer_us'), '.1f', 10)}{f(r.get('ratio'), '.1f', 9)}{f(r.get('grid_kernel_us'), '.2f', 10)}"
                      f"{f(r.get('rel_err'), '.1e', 9)}{f(r.get('ref_err_grid'), '.1e', 9)}{f(r.get('ref_err_peer'), '.1e', 9)}")
     methods = sorted({r["grid_kernel_method"] for r in rows if r.get("grid_kernel_method", "graph") != "graph"})
     lines += [f"kernel us: {m}" for m in methods]
+    chunks = sorted({(r["algorithm"], r["peer_chunk"]) for r in rows if r.get("peer_chunk")})
+    lines += [f"MJX us of {alg}: jax.lax.map over chunks of {c} states" for alg, c in chunks]
     lines.append("")
     lines.append("MuJoCo Warp, published, not measured here (ns per world):")
     for p in PUBLISHED:

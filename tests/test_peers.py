@@ -5,7 +5,9 @@ The conversions are held against MuJoCo's C library in float64 (``mj_inverse``, 
 ``qM``, ``mj_forward``'s ``qacc``: rel 1e-9 against our Reference, in our coordinates) on a
 fixed-base arm and two floating-base robots; MJX itself in float32 on XLA:CPU against
 ``CpuHandle`` and the Reference at the benchmark's own bound (rel 1e-4), on iiwa14 and go2.
-MJX on XLA:CPU compiles slowly (seconds per function), so the MJX checks take few sizes.
+MJX on XLA:CPU compiles slowly (seconds per function; its reverse-mode Jacobians of go2 tens of
+seconds), so the MJX checks take few sizes and one gradient row; the command's float64 run of
+both gradient rows on iiwa14, go2 and g1 is the benchmark's own (rel 1e-9).
 """
 
 from __future__ import annotations
@@ -114,6 +116,33 @@ def test_the_free_joint_conventions_by_hand(models):
     np.testing.assert_allclose(c.from_mujoco(q, c.to_mujoco(q, f)), f, atol=1e-15)
 
 
+def test_the_conversions_run_on_jax_arrays_and_the_chart_is_ours_to_first_order(models):
+    """The gradient rows differentiate the same conversions on jax.numpy arrays: there they give
+    numpy's numbers; the chart MJX's Jacobian is taken in is ``grid_core.testing.integrate``'s
+    (Pinocchio's) to first order."""
+    import jax.numpy as jnp
+
+    from grid_core.testing import integrate
+
+    robot, m = models("go2")
+    c = peers.Coordinates(robot, m)
+    q, v, a = random_state(robot, np.random.default_rng(9), 5)
+    M = np.random.default_rng(10).normal(size=(5, robot.nv, robot.nv))
+    dq = 1e-4 * np.random.default_rng(11).normal(size=(5, robot.nv))
+    J = [jnp.asarray(x, dtype=jnp.float32) for x in (q, v, a, M, dq)]
+    pairs = [(c.qpos(q), c.qpos(J[0])), (c.to_mujoco(q, a, turn_v=v), c.to_mujoco(J[0], J[2], turn_v=J[1])),
+             (c.from_mujoco(q, a, turn_v=v), c.from_mujoco(J[0], J[2], turn_v=J[1])),
+             (c.mass_from_mujoco(q, M), c.mass_from_mujoco(J[0], J[3])), (c.retract(q, dq), c.retract(J[0], J[4]))]
+    for ours, theirs in pairs:
+        assert isinstance(theirs, jnp.ndarray)
+        assert_close(np.asarray(theirs), ours, 1e-6, "jax.numpy against numpy")
+    np.testing.assert_array_equal(c.retract(q, np.zeros_like(dq)), q)
+    moved = c.retract(q, dq)
+    np.testing.assert_allclose(np.linalg.norm(moved[:, 3:7], axis=1), 1.0, rtol=1e-15)
+    # second order apart: |dq|^2 is 1e-8 here
+    np.testing.assert_allclose(moved, np.stack([integrate(robot, *s) for s in zip(q, dq)]), rtol=0, atol=1e-9)
+
+
 def test_a_model_that_is_not_ours_is_refused_naming_what_differs(models):
     robot, m = models("iiwa14")
     heavier = copy.deepcopy(m)
@@ -136,7 +165,7 @@ def test_mjx_agrees_with_ours_and_the_reference_in_float32():
     1e-4, both against the float64 Reference; where our emitter has not landed, MJX against the
     Reference.  (go2 goes through the whole command below.)"""
     side = peers.prepare("iiwa14", np.float32, "cpu", max_n=6)
-    for qty in peers.QUANTITIES:
+    for qty in [q for q in peers.QUANTITIES if not isinstance(q, peers.Gradient)]:
         row = peers.compare(side, qty, 6, np.float32, repeats=0, warmup=0, ref_states=4, timing=False,
                             peer_compiler_options=FAST_COMPILE)
         assert (row["robot"], row["N"], row["algorithm"]) == ("iiwa14", 6, qty.algorithm)
@@ -148,18 +177,39 @@ def test_mjx_agrees_with_ours_and_the_reference_in_float32():
             assert "rel_err" not in row and "grid_us" not in row
 
 
+@pytest.mark.xdist_group("robot-go2")  # with the command's run below: go2's CPU library built once
+def test_mjx_gradient_agrees_with_ours_on_a_floating_base_in_chunks(monkeypatch):
+    """A gradient row, timed, on go2 in float32: MJX's jacrev through mjx.forward in the tangent
+    chart against our forward_dynamics_gradient and both against the Reference (d/dq and d/dqd in
+    one relative error), the batch through jax.lax.map in chunks of 2 states."""
+    qty = next(q for q in peers.QUANTITIES if q.algorithm == "forward_dynamics_gradient")
+    side = peers.prepare("go2", np.float32, "cpu", max_n=4)
+    nv = side.robot.nv
+    monkeypatch.setattr(peers, "PEER_WORKSPACE", 2 * peers.WORDS_PER_STATE * 4 * nv * nv)
+    assert qty.chunk(nv, np.float32) == 2
+    row = peers.compare(side, qty, 4, np.float32, repeats=1, warmup=0, ref_states=4,
+                        peer_compiler_options=FAST_COMPILE)
+    assert row["peer_chunk"] == 2 and row["grid_call"] == "forward_dynamics_gradient"
+    assert "jacrev" in row["peer_call"] and row["peer_us"] > 0 and row["grid_us"] > 0
+    assert max(row["rel_err"], row["ref_err_grid"], row["ref_err_peer"]) <= 1e-4, row
+    assert peers.agrees(row)
+
+
+@pytest.mark.xdist_group("robot-go2")
 def test_the_command_writes_the_peer_rows_and_the_docs_render_them(tmp_path, capsys):
-    """go2 through the command line, timed: every row the handle can compute, its agreement
-    within the bound, the JSON the docs read, and the docs' section from it."""
+    """go2 through the command line, timed: every row of values the handle can compute (the
+    gradient rows' compilation is the test above's), its agreement within the bound, the JSON the
+    docs read, and the docs' section from it."""
     out = tmp_path / "peers.json"
+    values = [q.algorithm for q in peers.QUANTITIES if not isinstance(q, peers.Gradient)]
     rc = peers.main(["--robots", "go2", "--sizes", "6", "--repeats", "3", "--warmup", "1", "--ref-states", "4",
-                     "--backend", "cpu", "--json", str(out)])
+                     "--backend", "cpu", "--algorithms", ",".join(values), "--json", str(out)])
     assert rc == 0
     data = json.loads(out.read_text())
     assert {"date", "gpu", "commit", "versions", "peers", "peers_published"} <= set(data)
     rows = data["peers"]
     handle_has = [q.algorithm for q in peers.QUANTITIES
-                  if any(grid_core.algorithms()[n].has_emitter() for n in q.ours)]
+                  if q.algorithm in values and any(grid_core.algorithms()[n].has_emitter() for n in q.ours)]
     assert [(r["robot"], r["N"], r["algorithm"]) for r in rows] == [("go2", 6, a) for a in handle_has]
     assert {"inverse_dynamics", "crba"} <= set(handle_has)
     for r in rows:

@@ -275,8 +275,11 @@ def peers_section(d: dict, path: Path, outdir: Path) -> list[str]:
         plot_peers(mine, img, f"{alg}: GRiD and MJX, {d.get('dtype', 'float32')} — {d.get('gpu', '?')}, "
                               f"{d.get('date', '?')[:10]}")
         calls = sorted({(r.get("grid_call") or alg, r.get("peer_call") or r.get("peer", "MJX")) for r in mine})
+        chunks = sorted({(r["robot"], r["peer_chunk"]) for r in mine if r.get("peer_chunk")})
         out += [f".. rubric:: {alg}", "",
-                "; ".join(f"GRiD ``{ours}``, against {escape(theirs)}" for ours, theirs in calls) + ".", "",
+                "; ".join(f"GRiD ``{ours}``, against {escape(theirs)}" for ours, theirs in calls)
+                + "".join(f"; MJX on {escape(robot)} through ``jax.lax.map``, {c} states at a time" for robot, c in chunks)
+                + ".", "",
                 f".. image:: /{GENERATED}/{img.name}", f"   :alt: {alg}, GRiD and MJX, time vs N", "   :width: 100%", ""]
         table = []
         for r in sorted(mine, key=lambda r: (_robots(mine).index(r["robot"]), r["N"])):
