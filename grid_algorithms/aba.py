@@ -404,31 +404,24 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
 :math:`Y = M_r^{-1} C^T` from passes 2-3 on the columns of :math:`C^T` and :math:`K = C Y`.
 """
     review = ParallelismReview(
-        P1=done("block layout: passes 1 and 3 run level by level, the bodies of a level in parallel (one "
-                "warp each, one barrier per level); pass 2 is a backward gather by levels, each parent of a "
-                "level articulating its children (U, D^-1, u, Ia, pa) and summing their X^T Ia X and X^T pa "
-                "in a fixed order (no atomics). The per-body form stays available (p1='bodies') for the A/B "
-                "a level form needs (it can lose to serial code on narrow levels); a chain is the same "
-                "either way; the bodies form is not yet timed"),
-        P2=todo("done for the outputs: on mimic robots qdd = L (a_r - Y z) is a fan-out over velocity "
-                "indices (one thread each, the small constraint solve repeated per thread instead of a "
-                "barrier). Left: the constraint right-hand sides are independent columns of passes 2-3, "
-                "carried today by the one lane of the body's warp that runs it; spread them over the "
-                "warp's other lanes (the articulated inertias they share are computed once per body)"),
-        P3=done("the configuration-dependent transform data is hoisted into one parallel pass over bodies "
-                "(load_update_XImats); U, D^-1 and u are computed once, in pass 2, and stored for pass 3 "
-                "(the cold band) instead of being recomputed there"),
-        P4=done("robot constants folded into the code: a revolute joint's U is one column of IA, D one "
-                "entry and D^-1 one reciprocal; a leaf's articulated inertia, U and D^-1 are constants "
-                "(never stored); Ia's row and column along an axis-aligned joint are exact zeros (Ia S = 0), "
-                "folded; articulated inertias in 21 scalars; every array stored only where it can be "
-                "non-zero, a mimic constraint's column only where it reaches (generation-time sparsity)"),
-        notes="two layouts: block-cooperative (one block per state; the inline rung, and the inner "
-              "forward_dynamics composes where it measured faster than Minv) and per-state (one thread per "
-              "state, straight-line register code, pass 2 depth-first so only the root path's IA and pA stay "
-              "live); the launcher picks by the measured ABA_PER_STATE_MIN_N; a staged per-state variant for "
-              "mapped host memory. Mimic joints: the relaxed tree with one right-hand-side column per "
-              "constraint, then qdd = L (a_r - Y K^-1 C a_r) by a Cholesky of K (grid_core.emit.dense)",
+        P1=done("block layout: passes 1 and 3 level by level, a level's bodies in parallel (one warp each, "
+                "one barrier per level); pass 2 a backward gather by levels, each parent articulating its "
+                "children (U, D^-1, u, Ia, pa) and summing their X^T Ia X and X^T pa in a fixed order (no "
+                "atomics). p1='bodies' stays for the A/B (a level form can lose on narrow levels; not yet timed)"),
+        P2=todo("done for the outputs: on mimic robots qdd = L (a_r - Y z) fans out over velocity indices "
+                "(each thread repeats the small constraint solve instead of a barrier). Left: the constraint "
+                "right-hand sides are independent columns of passes 2-3, run by one lane of the body's warp; "
+                "spread them over its other lanes (the articulated inertias they share computed once)"),
+        P3=done("the transform data in one parallel pass over bodies (load_update_XImats); U, D^-1 and u "
+                "computed once, in pass 2, and stored for pass 3 (the cold band)"),
+        P4=done("robot constants folded (a revolute joint's U one column of IA, D^-1 one reciprocal; a "
+                "leaf's IA, U and D^-1 constants, never stored; Ia's row and column along an axis-aligned "
+                "joint exact zeros); articulated inertias in 21 scalars; every array stored only where it "
+                "can be non-zero, a mimic constraint's column only where it reaches"),
+        notes="the block layout is also the inner forward_dynamics composes where it measured faster than "
+              "Minv; the per-state one runs pass 2 depth-first, so only the root path's IA and pA stay live. "
+              "Mimic joints: the relaxed tree with one right-hand-side column per constraint, then "
+              "qdd = L (a_r - Y K^-1 C a_r) by a Cholesky of K (grid_core.emit.dense)",
     )
     emitter = AbaEmitter
 

@@ -263,17 +263,10 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
         P4=done("composite inertias in ten parameters (m, h, Ibar) instead of 36 entries, a leaf's "
                 "folded as a constant; robot constants folded into the code; the zeros between "
                 "separate branches are stored, never computed"),
-        notes="two layouts: block-cooperative (the inline rung) and per-state (one thread per state, "
-              "the composite inertias and column walks depth-first in registers); the launcher picks by "
-              "CRBA_PER_STATE_MIN_N. nv^2 outputs per state: the per-state layout is staged through "
-              "shared memory from CRBA_STAGE_MIN_N states, warp by warp (coalesced stores, a whole warp's "
-              "shared indices from a per-lane offset table), plain below; robots too large to stage whole "
-              "(32 states' M over 48 KB: atlas, g1) take the ring kernel from CRBA_RING_MIN_N states "
-              "(grid_core.emit.ring: each warp's outputs through a ring of shared memory sized to the "
-              "distinct values, flushed as runs of consecutive entries in the order CRBA_RING_SLOT_OF "
-              "measured per robot); the launch is spread over every SM in whole warps. The measured "
-              "figures (levels against bodies, plain against staged and ring, the memory floor) are in "
-              "benchmarks/results/experiments/README.md",
+        notes="per-state: the composite inertias and column walks depth-first in registers; staged warp by "
+              "warp (a whole warp's shared indices from a per-lane offset table); the launch spread over every "
+              "SM in whole warps. The measured figures (levels against bodies, plain against staged and ring, "
+              "the memory floor): benchmarks/results/experiments/README.md",
     )
     emitter = CrbaEmitter
 

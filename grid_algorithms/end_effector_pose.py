@@ -169,10 +169,8 @@ kinematics) composed with the frame's fixed placement in that body.
                 "time), and their joints' configuration data in one parallel pass (load_update_XImats)"),
         P4=done("the frames are chosen at generation time: each one's body and its constant placement are "
                 "folded into its code; frames are composed as (E, r), 12 scalars, constants folded"),
-        notes="two layouts: block-cooperative (one block per state, the inline rung) and per-state (one "
-              "thread per state, straight-line code); the launcher picks by END_EFFECTOR_POSE_PER_STATE_MIN_N "
-              "(default 1: not yet measured on the GPU).  The reference takes any frames per call; the "
-              "generated code, those it was generated for (grid build --frame)",
+        notes="the reference takes any frames per call; the generated code, those it was generated for "
+              "(grid build --frame)",
     )
 
     def inputs(self, robot: Robot):

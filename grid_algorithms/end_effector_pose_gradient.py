@@ -181,10 +181,7 @@ For each body :math:`j` supporting the frame (origin :math:`p_f`), with world po
                 "and column; a pair costs R_j S and one cross product with the frame origin"),
         P4=done("each frame's support column map is baked at generation time: only its columns are "
                 "computed, the rest written as zeros; frames, placements and joint axes folded"),
-        notes="two layouts: block-cooperative (one block per state, the inline rung) and per-state (one "
-              "thread per state, straight-line code); the launcher picks by "
-              "END_EFFECTOR_POSE_GRADIENT_PER_STATE_MIN_N (default 1: not yet measured on the GPU).  The "
-              "generated code takes the frames it was generated for (grid build --frame)",
+        notes="the generated code takes the frames it was generated for (grid build --frame)",
     )
 
     def inputs(self, robot: Robot):

@@ -242,10 +242,7 @@ With :math:`s_c = [\omega_c; \nu_c]` the world-frame column :math:`c` at the wor
         P4=done("each frame's support columns and the (c, d) chain mask are baked at generation time: "
                 "only those cells are computed, the rest written as zeros (runs of them as loops in the "
                 "per-state layout); frames, placements and axes folded"),
-        notes="two layouts: block-cooperative (one block per state, the inline rung) and per-state (one "
-              "thread per state, straight-line code); the launcher picks by "
-              "END_EFFECTOR_POSE_HESSIAN_PER_STATE_MIN_N (default 1: not yet measured on the GPU).  The "
-              "generated code takes the frames it was generated for (grid build --frame)",
+        notes="the generated code takes the frames it was generated for (grid build --frame)",
     )
 
     def inputs(self, robot: Robot):

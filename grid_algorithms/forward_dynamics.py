@@ -143,8 +143,7 @@ class ForwardDynamics(Algorithm):
                 "compiler from folding x * 0)"),
         notes="two methods: Minv (tau - bias) composed from minv and inverse_dynamics, or the "
               "articulated-body algorithm (aba's inner); the method of each robot is measured on the GPU "
-              "(forward_dynamics.tuning.json, figures below) and baked into its header; both layouts, "
-              "the launcher picks by FORWARD_DYNAMICS_PER_STATE_MIN_N",
+              "(forward_dynamics.tuning.json, figures below) and baked into its header",
     )
 
     def inputs(self, robot: Robot):

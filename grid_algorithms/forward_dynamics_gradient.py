@@ -142,9 +142,8 @@ class ForwardDynamicsGradient(Algorithm):
                 "rows as a compressed table the products walk). Left: the products read Minv by rows and "
                 "dtau by columns, strided in shared memory; a column-major dtau would coalesce them"),
         notes="an orchestrator on one XImats load (forward_dynamics, inverse_dynamics_gradient and minv "
-              "inners, by handle); two layouts: block-cooperative and per-state (the composed per-state "
-              "functions, then the products as loops); the launcher picks by "
-              "FORWARD_DYNAMICS_GRADIENT_PER_STATE_MIN_N (default 1: not yet measured on the GPU)",
+              "inners, by handle); its per-state layout runs the composed per-state functions, then the "
+              "products as loops",
     )
 
     def inputs(self, robot: Robot):

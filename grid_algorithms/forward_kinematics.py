@@ -104,9 +104,6 @@ class ForwardKinematics(Algorithm):
         P4=done("frames are composed as (E, r), 12 scalars, never 6x6 Plücker matrices, each tree "
                 "transform's constants folded and its zeros dropped (an axis-aligned joint rotates two "
                 "coordinates)"),
-        notes="two layouts: block-cooperative (one block per state, the inline rung) and per-state (one "
-              "thread per state, straight-line code); the launcher picks by FORWARD_KINEMATICS_PER_STATE_MIN_N "
-              "(default 1: not yet measured on the GPU)",
     )
 
     def inputs(self, robot: Robot):

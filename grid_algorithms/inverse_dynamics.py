@@ -287,11 +287,6 @@ leaves to root: :math:`\tau_i = S_i^T f_i`, :math:`f_{\lambda(i)} \mathrel{+}= X
         P4=done("robot constants (placements, inertias, axes) are folded into the code, their zeros "
                 "dropped; per body only sin/cos (or E and p of a free-flyer) is stored: 2 scalars "
                 "instead of a 36-entry transform"),
-        notes="two layouts: block-cooperative (one block per state; the inline rung) and per-state "
-              "(one thread per state, straight-line register code); the launcher picks by the "
-              "measured crossover INVERSE_DYNAMICS_PER_STATE_MIN_N; a staged per-state variant "
-              "(LaunchConfig::stage_io) moves each block's states through shared memory so global "
-              "accesses coalesce, for inputs in mapped host memory (the C ABI's mapped_staged transfer)",
     )
     emitter = InverseDynamicsEmitter
 

@@ -370,9 +370,6 @@ with :math:`\bar h\, x = x \times^* h`; the backward sweep
         P4=done("structural zeros (dofs on separate branches) are stored, never computed (the cell table is "
                 "baked at generation time and handed to forward_dynamics_gradient, which skips them too); "
                 "robot constants folded into the code; a revolute joint's world J is one column of its frame"),
-        notes="two layouts: block-cooperative (one block per state, the inline rung) and per-state (one thread "
-              "per state, straight-line code); the launcher picks by "
-              "INVERSE_DYNAMICS_GRADIENT_PER_STATE_MIN_N (default 1: not yet measured on the GPU)",
     )
 
     def inputs(self, robot: Robot):

@@ -544,43 +544,28 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
 :math:`K = C Y`, on the relaxed tree whose mimic relations are the rows of :math:`C`.
 """
     review = ParallelismReview(
-        P1=done("block layout: both passes run by levels (p1='levels'), one barrier per level: a "
-                "backward step finalizes the bodies of one level (articulated inertia, U, Dinv, and the "
-                "X^T Ia X each passes to its parent, so siblings transform theirs in parallel and the "
-                "parent only sums: no atomics, a fixed order; one warp per body) while the columns of "
-                "the level below run; the forward pass's levels follow. The per-body form "
-                "(p1='bodies') stays for the A/B (minv.tuning.json); a chain is the same either way"),
-        P2=done("inside each step the columns are independent unit-force solves, one thread each: "
-                "a body's subtree columns in the backward pass, its columns j >= i in the forward pass, "
-                "consecutive columns of one body on consecutive threads (one code path per warp); the "
-                "mimic correction fans Z = K^-1 Y^T over own columns and the upper triangle's entries over "
-                "threads (one thread factors K, m <= 10). Not fanned: an articulated-inertia update, whose 21 "
-                "entries' folded code differs (a warp would run them one after another) and shares its "
-                "intermediates; X^T Ia X on six threads (one code path over the column, two more barriers "
-                "per level) was tried and measured slower, so reverted"),
-        P3=done("the configuration-dependent transform data is hoisted into one parallel pass over "
-                "bodies (load_update_XImats) before the recursions; each body's transform of its "
-                "articulated inertia to its parent is done by the body, in parallel with its siblings, "
-                "one step before the parent needs it"),
-        P4=done("column ranges baked per body (own, subtree, rest of the tree, structural zeros between "
-                "trees): only subtree columns touched in the backward pass, only j >= i in the forward "
-                "pass, each entry written once with its mirror; F is one 6-vector per column carried up "
-                "in place (6 n_r, not 6 n_r per body), P stored only for bodies with children over the "
-                "columns their children read, component-major so a body's consecutive columns are "
-                "consecutive addresses; a leaf's IA, U and Dinv are folded constants; robot constants "
-                "folded into the code (a revolute joint's U one column, its D one reciprocal)"),
-        notes="two layouts: block-cooperative (the inline rung) and per-state (one thread per state: "
-              "the articulated inertias depth-first in registers, then each column on its own, up its "
-              "body's path and down its tree, so only one column's forces and accelerations are live, "
-              "which halves the host compiler's time against two passes in body order); the launcher "
-              "picks by MINV_PER_STATE_MIN_N; staged through shared memory from MINV_STAGE_MIN_N states "
-              "(nv^2 outputs, as crba); robots too large to stage whole (atlas, g1) take the ring kernel "
-              "from MINV_RING_MIN_N states (grid_core.emit.ring: each warp's outputs through a ring of "
-              "shared memory, flushed as runs of consecutive entries, a value stored to several entries "
-              "held once; MINV_RING_SLOT_OF orders the flush). Mimic robots: the recursion on the relaxed "
-              "tree, then the Schur complement of the constraints (grid_core.emit.dense: Cholesky of K). "
-              "The measured figures (against upstream GRiD, the crossovers, the ring, ncu) are in "
-              "benchmarks/results",
+        P1=done("block layout: both passes by levels, one barrier per level: a backward step finalizes one "
+                "level's bodies (one warp each: articulated inertia, U, Dinv and the X^T Ia X each passes to "
+                "its parent, so siblings transform theirs in parallel and the parent only sums, in a fixed "
+                "order, no atomics) while the level below runs its columns; then the forward pass's levels. "
+                "p1='bodies' stays for the A/B (minv.tuning.json)"),
+        P2=done("the columns are independent unit-force solves, one thread each (a body's subtree columns "
+                "backward, its columns j >= i forward), a body's consecutive columns on consecutive threads; "
+                "the mimic correction fans Z = K^-1 Y^T over own columns and the upper triangle over entries "
+                "(one thread factors K). Not fanned: an articulated-inertia update, whose 21 entries' folded "
+                "code differs and shares intermediates (X^T Ia X on six threads measured slower)"),
+        P3=done("the transform data in one parallel pass over bodies (load_update_XImats) before the "
+                "recursions; each body transforms its articulated inertia to its parent, beside its "
+                "siblings, one step before the parent needs it"),
+        P4=done("column ranges baked per body (own, subtree, rest of its tree, zeros between trees): "
+                "subtree columns only backward, j >= i only forward, each entry written once with its "
+                "mirror; F one 6-vector per column carried up in place (6 n_r scalars), P only for bodies "
+                "with children over the columns their children read, component-major; a leaf's IA, U and "
+                "Dinv folded, as every robot constant (a revolute joint's U one column of IA)"),
+        notes="per-state: the articulated inertias depth-first in registers, then each column on its own, "
+              "up its body's path and down its tree, so only one column's forces and accelerations are "
+              "live. Mimic robots: the recursion on the relaxed tree, then the Schur complement of the "
+              "constraints (grid_core.emit.dense: Cholesky of K). Measured figures: benchmarks/results",
     )
     emitter = MinvEmitter
 

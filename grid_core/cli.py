@@ -326,7 +326,8 @@ def review(obj: _Ctx, algorithm):
     alg = reg.algorithm(algorithm)
     info = reg.info_of("algorithm", algorithm)
     click.echo(f"{alg.name} ({info.distribution} {info.version}): {alg.summary}")
-    click.echo(alg.review.render(emitted=alg.has_emitter()))
+    layouts = alg.emitter.layouts(alg.name) if alg.has_emitter() else ""
+    click.echo(alg.review.render(emitted=alg.has_emitter(), layouts=layouts))
     if alg.has_emitter():
         from .resources import render_measurements
 

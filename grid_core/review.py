@@ -62,8 +62,9 @@ class ParallelismReview:
     def items(self):
         return [(key, PATTERNS[key], getattr(self, key)) for key in PATTERNS]
 
-    def render(self, *, emitted: bool = True, measurements: str = "") -> str:
-        """Plain-text rendering (``grid review``)."""
+    def render(self, *, emitted: bool = True, measurements: str = "", layouts: str = "") -> str:
+        """Plain-text rendering (``grid review``); ``layouts``: the generated line on the layouts
+        (:meth:`~grid_core.emit.emitter.Emitter.layouts`)."""
         lines = []
         if not emitted:
             lines.append("GPU emitter: not yet emitted (the review states the plan)")
@@ -72,6 +73,8 @@ class ParallelismReview:
             lines.append(f"    {pr.reason}")
             if pr.evidence:
                 lines.append(f"    evidence: {pr.evidence}")
+        if layouts:
+            lines.append(f"layouts: {layouts}")
         if self.notes:
             lines.append(f"notes: {self.notes}")
         if measurements:

@@ -330,6 +330,8 @@ def _review_section(alg) -> list[str]:
         rows.append([f"**{key}** {escape(title)}", f"**{pr.verdict.value}**", escape(pr.reason),
                      escape(pr.evidence) or "\\-"])
     out += list_table(["pattern", "verdict", "reason", "evidence"], rows, [22, 10, 48, 20])
+    if alg.has_emitter():
+        out += [f"*Layouts:* {escape(alg.emitter.layouts(alg.name))}", ""]
     if review.notes:
         out += [f"*Notes:* {escape(review.notes)}", ""]
     return out

@@ -214,6 +214,28 @@ class Emitter:
         return ""
 
     @classmethod
+    def layouts(cls, name: str) -> str:
+        """The parallelism review's line on the layouts the layer generator writes for algorithm
+        ``name`` from these declarations (a per-state layout, its staging), so that no algorithm's
+        notes repeat it."""
+        block = "block-cooperative (one block per state, the inline rung)"
+        if cls.state_body is Emitter.state_body:
+            return f"{block} only"
+        pfx = name.upper()
+        out = (f"{block} and per-state (one thread per state, straight-line code on registers); "
+               f"the launcher picks by {pfx}_PER_STATE_MIN_N")
+        if cls.stage_by_default:  # large outputs
+            return (out + f"; staged through shared memory from {pfx}_STAGE_MIN_N states (coalesced stores), and "
+                    f"where the outputs are too large to stage whole, through each warp's ring of shared memory "
+                    f"from {pfx}_RING_MIN_N states (grid_core.emit.ring: flushed as runs of consecutive entries, a "
+                    "value stored to several held once)")
+        if cls.staged:
+            return (out + "; a staged per-state variant (LaunchConfig::stage_io) moves each block's states through "
+                    "shared memory so global accesses coalesce, for inputs in mapped host memory (the C ABI's "
+                    "mapped_staged transfer)")
+        return out
+
+    @classmethod
     def validate(cls, algorithm_cls, where: str) -> None:
         if not (isinstance(cls, type) and issubclass(cls, Emitter)):
             raise PluginError(f"{where}: 'emitter' must be a subclass of grid_core.emit.emitter.Emitter")

@@ -74,8 +74,7 @@ so :math:`\tau_g(q) = \mathrm{ID}(q, 0, 0)`, the gravity term :math:`g(q)` of
                 "(IEEE rules keep the compiler from folding x * 0); a specialised sweep with v = 0 "
                 "(a_i = X_i a_parent, f_i = I_i a_i) would drop the velocity products; the example keeps "
                 "the composition, the simpler code"),
-        notes="composes inverse_dynamics by handle (its inner and its per-state function); two "
-              "layouts, the launcher picks by GRAVITY_COMPENSATION_PER_STATE_MIN_N",
+        notes="composes inverse_dynamics by handle (its inner and its per-state function)",
     )
     emitter = GravityCompensationEmitter
     tolerances = (
