@@ -19,7 +19,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.arena import SpillRung
+from grid_core.arena import spill_ladder
 from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
@@ -309,7 +309,7 @@ class AbaEmitter(Emitter):
         return max(32 * robot.topology.max_level_width, robot.num_bodies, robot.nv)
 
     def inner_doc(self, layers) -> str:
-        return f"f_ext: this state's external forces or nullptr.  Sweep form: {sweeps.form_of(layers.ctx)}."
+        return "f_ext: this state's external forces or nullptr."
 
     def fields(self, layers) -> tuple:
         return fields(layers.robot)
@@ -444,14 +444,10 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
         )
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (
-            SpillRung(0, "all in shared memory"),
-            SpillRung(1, "cold sub-band in global", {"cold"},
-                      "c, U, D^-1 and u go to d_workspace: each is written once, read in pass 3 (c also once in "
-                      "pass 2) and never accumulated, so a spilled access is paid once, while the hot sweep "
-                      "state (v, pA, IA, a), re-read by every child, stays in shared memory"),
-            SpillRung(2, "all scratch in global", {"sweep", "cold", "XI"}, "the sweep state and transform data too"),
-        )
+        return spill_ladder(("cold sub-band in global", {"cold"},
+                             "c, U, D^-1 and u go to d_workspace: each is written once, read in pass 3 (c also "
+                             "once in pass 2) and never accumulated, so a spilled access is paid once, while the "
+                             "hot sweep state (v, pA, IA, a), re-read by every child, stays in shared memory"))
 
 
 @hookimpl

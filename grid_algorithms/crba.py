@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.arena import SpillRung
+from grid_core.arena import spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
@@ -171,8 +171,7 @@ class CrbaEmitter(Emitter):
     def block_threads_hint(self, robot: Robot) -> int:
         return max(32 * robot.topology.max_level_width, 32 * len(column_items(robot)[0]), robot.nv)
 
-    def inner_doc(self, layers) -> str:
-        return f"Composite-inertia sweep form: {sweeps.form_of(layers.ctx)}."
+    sweep_doc = "Composite-inertia sweep form"
 
     def fields(self, layers) -> tuple:
         return _fields(layers.robot)
@@ -283,11 +282,7 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
         return regions(_fields(robot))
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (
-            SpillRung(0, "all in shared memory"),
-            SpillRung(1, "composite inertias in global", {"IC"}, "the IC band goes to d_workspace"),
-            SpillRung(2, "all scratch in global", {"IC", "XI"}, "transform data too"),
-        )
+        return spill_ladder(("composite inertias in global", {"IC"}, "the IC band goes to d_workspace"))
 
 
 @hookimpl

@@ -21,7 +21,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import frame_inputs
-from grid_core.arena import ALL_SCRATCH, SpillRung
+from grid_core.arena import spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
@@ -117,9 +117,6 @@ class EndEffectorPoseEmitter(Emitter):
     def block_threads_hint(self, robot: Robot) -> int:
         return 32 * robot.topology.max_level_width  # one warp per body of the widest level (P1)
 
-    def inner_doc(self, layers) -> str:
-        return f"Sweep form: {sweeps.form_of(layers.ctx)}."
-
     def fields(self, layers) -> tuple:
         return fields(layers.robot, layers.ctx.frames)
 
@@ -188,10 +185,8 @@ kinematics) composed with the frame's fixed placement in that body.
         return regions(fields(robot, resolve_frames(robot, frames, self.name)))
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (SpillRung(0, "all in shared memory"),
-                SpillRung(1, "the body frames in global", {"body_frames"}, "the supporting bodies' frames go to "
-                          "d_workspace"),
-                SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "the transform data too"))
+        return spill_ladder(("the body frames in global", {"body_frames"}, "the supporting bodies' frames go to "
+                             "d_workspace"))
 
 
 @hookimpl

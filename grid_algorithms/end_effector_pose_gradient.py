@@ -20,7 +20,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import frame_inputs
-from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
+from grid_core.arena import callee_rung, spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
@@ -103,9 +103,6 @@ class EndEffectorPoseGradientEmitter(Emitter):
 
     def block_threads_hint(self, robot: Robot) -> int:
         return max(32 * robot.topology.max_level_width, robot.nv)  # the sweep's warps, then the pairs (P2)
-
-    def inner_doc(self, layers) -> str:
-        return f"Sweep form: {sweeps.form_of(layers.ctx)}."
 
     def fields(self, layers) -> tuple:
         ee = layers.compose("end_effector_pose")
@@ -199,10 +196,8 @@ For each body :math:`j` supporting the frame (origin :math:`p_f`), with world po
         return ()  # end_effector_pose's body frames, composed
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (SpillRung(0, "all in shared memory"),
-                SpillRung(1, "the body frames in global", {callee_rung("end_effector_pose", 1)},
-                          "what end_effector_pose's rung 1 spills"),
-                SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "the transform data too"))
+        return spill_ladder(("the body frames in global", {callee_rung("end_effector_pose", 1)},
+                             "what end_effector_pose's rung 1 spills"))
 
 
 @hookimpl

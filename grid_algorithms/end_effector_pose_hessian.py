@@ -31,7 +31,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import frame_inputs
-from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
+from grid_core.arena import callee_rung, spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
@@ -160,9 +160,6 @@ class EndEffectorPoseHessianEmitter(Emitter):
     def block_threads_hint(self, robot: Robot) -> int:
         return max(32 * robot.topology.max_level_width, robot.nv * robot.nv)  # the cells (P2)
 
-    def inner_doc(self, layers) -> str:
-        return f"Sweep form: {sweeps.form_of(layers.ctx)}."
-
     def _parts(self, layers, local: bool):
         jac = layers.steps("end_effector_pose_gradient", local=local)
         cols = layers.arrays(fields(layers.robot, jac.pose.frames), local)["frame_columns"]
@@ -262,11 +259,9 @@ With :math:`s_c = [\omega_c; \nu_c]` the world-frame column :math:`c` at the wor
         return regions(fields(robot, resolve_frames(robot, frames, self.name)))
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (SpillRung(0, "all in shared memory"),
-                SpillRung(1, "the body frames in global", {callee_rung("end_effector_pose_gradient", 1)},
-                          "what the Jacobians' rung 1 spills"),
-                SpillRung(2, "the frame columns too", {callee_rung("end_effector_pose_gradient", 1), "frame_columns"}),
-                SpillRung(3, "all scratch in global", {ALL_SCRATCH}, "the transform data too"))
+        return spill_ladder(("the body frames in global", {callee_rung("end_effector_pose_gradient", 1)},
+                             "what the Jacobians' rung 1 spills"),
+                            ("the frame columns too", {callee_rung("end_effector_pose_gradient", 1), "frame_columns"}))
 
 
 @hookimpl

@@ -15,7 +15,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
+from grid_core.arena import callee_rung, spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter, LayerOptions
 from grid_core.emit.expr import Scope, sum_terms
@@ -160,13 +160,9 @@ class ForwardDynamics(Algorithm):
     def spill_rungs(self, robot: Robot, options=None):
         # the callee's own analysis (minv's F region first: seed 004's F-region spill; or aba's
         # cold sub-band), then everything
-        return (
-            SpillRung(0, "all in shared memory"),
-            SpillRung(1, "the callee's first spill",
-                      {callee_rung(c, 1) for c in ("minv", "aba") if c in ForwardDynamicsEmitter.composes},
-                      "what the composed minv's (or aba's) rung 1 spills"),
-            SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "every scratch region, XImats included"),
-        )
+        return spill_ladder(("the callee's first spill",
+                             {callee_rung(c, 1) for c in ("minv", "aba") if c in ForwardDynamicsEmitter.composes},
+                             "what the composed minv's (or aba's) rung 1 spills"))
 
     def reference(self, ctx, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY):
         bias = ctx.inverse_dynamics(q, qd, np.zeros(ctx.robot.nv), f_ext, gravity)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
+from grid_core.arena import callee_rung, spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.storage import local_declaration, regions, vector
@@ -165,12 +165,9 @@ class ForwardDynamicsGradient(Algorithm):
         return regions(_fields(robot.nv))
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (
-            SpillRung(0, "all in shared memory"),
-            SpillRung(1, "the callees' first spill", {callee_rung(c, 1) for c in ForwardDynamicsGradientEmitter.composes},
-                      "what the composed algorithms' rung 1 spills"),
-            SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "every scratch region, XImats included"),
-        )
+        composes = ForwardDynamicsGradientEmitter.composes
+        return spill_ladder(("the callees' first spill", {callee_rung(c, 1) for c in composes},
+                             "what the composed algorithms' rung 1 spills"))
 
 
 @hookimpl

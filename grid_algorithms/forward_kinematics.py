@@ -55,9 +55,6 @@ class ForwardKinematicsEmitter(Emitter):
     def block_threads_hint(self, robot: Robot) -> int:
         return 32 * robot.topology.max_level_width  # one warp per body of the widest level (P1)
 
-    def inner_doc(self, layers) -> str:
-        return f"Sweep form: {sweeps.form_of(layers.ctx)}."
-
     def inner_body(self, layers) -> list:
         robot, xi = layers.robot, layers.vectors()["xi"]
         pose = layers.arrays([pose_field(robot)])["world_T_body"]

@@ -11,7 +11,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.arena import SpillRung
+from grid_core.arena import spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
@@ -188,7 +188,7 @@ class InverseDynamicsEmitter(Emitter):
         return {"tau": "c"}  # upstream's name
 
     def inner_doc(self, layers) -> str:
-        return f"f_ext: this state's external forces or nullptr.  Sweep form: {sweeps.form_of(layers.ctx)}."
+        return "f_ext: this state's external forces or nullptr."
 
     def fields(self, layers) -> tuple:
         return fields(layers.robot)
@@ -303,11 +303,7 @@ leaves to root: :math:`\tau_i = S_i^T f_i`, :math:`f_{\lambda(i)} \mathrel{+}= X
         return (region("vaf", fields(robot), "spatial velocity, acceleration and force of every body"),)
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (
-            SpillRung(0, "all in shared memory"),
-            SpillRung(1, "sweep state in global", {"vaf"}, "the v/a/f band goes to d_workspace"),
-            SpillRung(2, "all scratch in global", {"vaf", "XI"}, "transform data too"),
-        )
+        return spill_ladder(("sweep state in global", {"vaf"}, "the v/a/f band goes to d_workspace"))
 
 
 @hookimpl

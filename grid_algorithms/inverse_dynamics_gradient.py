@@ -19,7 +19,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
-from grid_core.arena import ALL_SCRATCH, SpillRung, callee_rung
+from grid_core.arena import callee_rung, spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
@@ -252,9 +252,10 @@ class InverseDynamicsGradientEmitter(Emitter):
     def block_threads_hint(self, robot: Robot) -> int:
         return robot.nv * robot.nv  # the output cells, one thread each (P2)
 
+    sweep_doc = "Sweep form (RNEA's and the world frame's)"
+
     def inner_doc(self, layers) -> str:
-        return (f"f_ext: this state's external forces or nullptr.  Sweep form (RNEA's and the world "
-                f"frame's): {sweeps.form_of(layers.ctx)}.")
+        return "f_ext: this state's external forces or nullptr."
 
     def fields(self, layers) -> tuple:
         return fields(layers.robot)
@@ -389,14 +390,11 @@ with :math:`\bar h\, x = x \times^* h`; the backward sweep
                        "Yc, Bc, F, each dof's dVdq, dAdq, dAdv and its vectors G, u, w"),)
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (
-            SpillRung(0, "all in shared memory"),
-            SpillRung(1, "RNEA's sweep state in global", {callee_rung("inverse_dynamics", 1)},
-                      "what inverse dynamics' rung 1 spills: the v/a/f band (read once by the world frame's pass)"),
-            SpillRung(2, "the world-frame band too", {callee_rung("inverse_dynamics", 1), "world"},
-                      "the world-frame quantities go to d_workspace as well"),
-            SpillRung(3, "all scratch in global", {ALL_SCRATCH}, "the transform data too"),
-        )
+        return spill_ladder(("RNEA's sweep state in global", {callee_rung("inverse_dynamics", 1)},
+                             "what inverse dynamics' rung 1 spills: the v/a/f band (read once by the world frame's "
+                             "pass)"),
+                            ("the world-frame band too", {callee_rung("inverse_dynamics", 1), "world"},
+                             "the world-frame quantities go to d_workspace as well"))
 
 
 @hookimpl

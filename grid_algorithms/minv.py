@@ -20,7 +20,7 @@ import attrs
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.arena import ALL_SCRATCH, ArenaRegion, SpillRung
+from grid_core.arena import ArenaRegion, spill_ladder
 from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
@@ -410,9 +410,6 @@ class MinvEmitter(Emitter):
             widths.append(robot.nv * (robot.nv + 1) // 2)
         return max(widths + [32])
 
-    def inner_doc(self, layers) -> str:
-        return f"Sweep form: {sweeps.form_of(layers.ctx)}."
-
     def fields(self, layers) -> tuple:
         return tuple(Columns(layers.robot).fields.values())
 
@@ -597,12 +594,8 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
         return tuple(out)
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (
-            SpillRung(0, "all in shared memory"),
-            SpillRung(1, "F region in global", {"F", "P"},
-                      "the unit-force columns (F, and P: the forward pass's share of them) go to d_workspace"),
-            SpillRung(2, "all scratch in global", {ALL_SCRATCH}, "every scratch region, transform data too"),
-        )
+        return spill_ladder(("F region in global", {"F", "P"},
+                             "the unit-force columns (F, and P: the forward pass's share of them) go to d_workspace"))
 
 
 @hookimpl

@@ -170,6 +170,14 @@ ALL_SCRATCH = "*"
 """In a rung's ``spilled`` set: every spillable region of the arena (composed ones included)."""
 
 
+def spill_ladder(*rungs: tuple) -> tuple[SpillRung, ...]:
+    """The usual ladder: rung 0 keeps everything in shared memory, then ``rungs`` (``(name,
+    spilled, doc)``, each spilling at least what the one before does), then every scratch region
+    (:data:`ALL_SCRATCH`, the transform data included) in global memory."""
+    return (SpillRung(0, "all in shared memory"), *(SpillRung(k, *r) for k, r in enumerate(rungs, 1)),
+            SpillRung(len(rungs) + 1, "all scratch in global", {ALL_SCRATCH}, "every scratch region, XImats too"))
+
+
 def callee_rung(algorithm: str, level: int) -> str:
     """In an orchestrator's rung: what rung ``level`` of the composed ``algorithm`` spills (its
     deepest where it has fewer), so that an orchestrator's ladder follows its callees' own

@@ -210,8 +210,12 @@ class Emitter:
         return []
 
     def inner_doc(self, layers) -> str:
-        """Extra lines for the inner's comment (its variant, say)."""
+        """Extra lines for the inner's comment (its variant, say; the sweep form is added after them,
+        named by :attr:`sweep_doc`)."""
         return ""
+
+    sweep_doc: str = "Sweep form"
+    """How the inner's comment names the block layout's sweep form (options with ``p1``)."""
 
     @classmethod
     def layouts(cls, name: str) -> str:

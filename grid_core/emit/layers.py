@@ -37,7 +37,7 @@ from ..arena import ArenaPlan, ArenaRegion, Tier, padded
 from ..errors import CodegenError
 from . import arena_emit
 from . import nodes as n
-from . import ring
+from . import ring, sweeps
 from .storage import Array
 from .signature import Call, Launch, Param, Signature, TemplateParam
 
@@ -534,7 +534,10 @@ class Layers:
                + "; the caller syncs.")
         if self.ctx.frames:  # the end-effector family's, fixed at generation time
             doc += f"\nFrames (chosen at generation time): {', '.join(f.name for f in self.ctx.frames)}."
-        extra = self.emitter.inner_doc(self)
+        extra = [self.emitter.inner_doc(self)]
+        if hasattr(self.ctx.algorithm_options, "p1"):
+            extra.append(f"{self.emitter.sweep_doc}: {sweeps.form_of(self.ctx)}.")
+        extra = "  ".join(x for x in extra if x)
         return n.Function(self.inner, body, doc=doc + (f"\n{extra}" if extra else ""))
 
     def _device_fn(self) -> n.Function:
