@@ -25,7 +25,7 @@ from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, dot, matvec, prune_unused, sum_terms
-from grid_core.emit.storage import Field, local_declaration, region
+from grid_core.emit.storage import Field, region
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm, gravity_accel
@@ -356,25 +356,20 @@ class AbaEmitter(Emitter):
         arr = steps.arr
         scope = Scope("t")
 
-        def visit(sc, b):
-            ss.xi_update(sc, robot, b, arr["q"], arr["xi"])
-            steps.pass1(sc, b)
-
         def complete(sc, c):
             # a finished subtree: articulate it into its parent (only the root path's IA and pA
             # stay live in registers)
             p = robot.bodies[c].parent
             steps.gather(sc, p, [c]) if p >= 0 else steps.articulate(sc, c, to_parent=False)
 
-        sweeps.depth_first(robot, scope, visit, complete)
+        sweeps.depth_first(robot, scope, arr, steps.pass1, complete)
         for b in robot.bodies:
             steps.pass3(scope, b)
         if steps.sp.K > 1:
             z = steps.constraint_forces(scope)
             for dof in range(robot.nv):
                 steps.constrained_qdd(scope, dof, z)
-        return [*ss.gravity_statements(), local_declaration([arr[f.name] for f in fields(robot)], ["XI[XI_SIZE]"],
-                                             "registers: every index is a constant"), *scope.body()]
+        return [*ss.gravity_statements(), layers.locals([arr[f.name] for f in fields(robot)]), *scope.body()]
 
 
 class ABA(Algorithm):

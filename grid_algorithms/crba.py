@@ -213,9 +213,6 @@ class CrbaEmitter(Emitter):
         seen: set = set()
         write = writer(io["M"], nv, seen)
 
-        def visit(sc, b):
-            ss.xi_update(sc, robot, b, io["q"], xi)
-
         def complete(sc, c):
             # IC[c] is final once its subtree is: its columns of M, then its part of the parent's
             ic = sc.let_all(acc.pop(c), "IC")
@@ -225,12 +222,12 @@ class CrbaEmitter(Emitter):
                 X = ss.Transform(robot, robot.bodies[c], xi, sc)
                 acc[p] = sc.let_all(ss.rbi_add(acc[p], ss.inertia_to_parent(X, ic, sc)), "acc")
 
-        sweeps.depth_first(robot, scope, visit, complete)
+        sweeps.depth_first(robot, scope, io, None, complete)
         for r in range(nv):
             for c in range(nv):
                 if (r, c) not in seen:
                     scope.assign(io["M"](r * nv + c), 0.0)
-        return [n.Stmt("T XI[XI_SIZE]", comment="registers: every index is a constant"), *scope.body()]
+        return [layers.locals(), *scope.body()]
 
 
 class CRBA(Algorithm):

@@ -27,7 +27,7 @@ from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope
-from grid_core.emit.storage import Array, Field, local_declaration, regions
+from grid_core.emit.storage import Array, Field, regions
 from grid_core.model import Robot
 from grid_core.model.frames import resolve_frames
 from grid_core.model.spatial import pose_of
@@ -145,8 +145,7 @@ class EndEffectorPoseEmitter(Emitter):
         steps.state_sweep(scope, io["q"])
         for k in range(len(steps.frames)):
             steps.pose(scope, k, out)
-        return [local_declaration([steps.arr], ["XI[XI_SIZE]"], "registers: every index is a constant"),
-                *scope.body()]
+        return [layers.locals([steps.arr]), *scope.body()]
 
 
 class EndEffectorPose(Algorithm):

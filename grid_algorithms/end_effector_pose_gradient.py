@@ -25,7 +25,7 @@ from grid_core.emit import nodes as n
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import ROTATION_TOL, Scope, clean, cross, matTvec, sub, sum_terms
-from grid_core.emit.storage import Array, Field, local_declaration, plus
+from grid_core.emit.storage import Array, Field, plus
 from grid_core.model import Robot
 from grid_core.model.frames import resolve_frames
 from grid_core.model.joints import effective_subspace, support_columns
@@ -151,8 +151,7 @@ class EndEffectorPoseGradientEmitter(Emitter):
                 else:
                     for row in range(6):
                         scope.assign(J(k, row * robot.nv + c), 0.0)
-        return [local_declaration([pose.arr], ["XI[XI_SIZE]"], "registers: every index is a constant"),
-                *scope.body()]
+        return [layers.locals([pose.arr]), *scope.body()]
 
 
 class EndEffectorPoseGradient(Algorithm):

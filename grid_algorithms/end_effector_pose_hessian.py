@@ -36,7 +36,7 @@ from grid_core.emit import nodes as n
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, cross, sum_terms
-from grid_core.emit.storage import Field, local_declaration, regions
+from grid_core.emit.storage import Field, regions
 from grid_core.model import Robot
 from grid_core.model.frames import resolve_frames
 from grid_core.model.joints import motion_subspace, support_columns
@@ -205,7 +205,7 @@ class EndEffectorPoseHessianEmitter(Emitter):
         for k, by in enumerate(steps.jac.cols):  # the structural zeros, a loop per run
             for a, b in zero_ranges(robot.nv, by):
                 zero.append(n.For(f"int i = {a}", f"i < {b}", "++i", [n.Stmt(f"{H(k, 'i')} = T(0)")]))
-        return [local_declaration([pose.arr, steps.arr], ["XI[XI_SIZE]"], "registers: every index is a constant"),
+        return [layers.locals([pose.arr, steps.arr]),
                 *scope.body(), n.Comment("the structural zeros: the entries outside each frame's support"), *zero]
 
 

@@ -18,7 +18,7 @@ from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope
-from grid_core.emit.storage import Field, local_declaration
+from grid_core.emit.storage import Field
 from grid_core.model import Robot
 from grid_core.model.joints import body_q, joint_transform
 from grid_core.model.spatial import pose_of
@@ -78,7 +78,7 @@ class ForwardKinematicsEmitter(Emitter):
         for b, (E, r) in ss.root_frames(robot, io["xi"], scope, world=True).items():
             for k, x in enumerate(ss.pose_entries(E, r)):
                 scope.assign(pose(b, k), x)
-        return [local_declaration([], ["XI[XI_SIZE]"], "registers: every index is a constant"), *scope.body()]
+        return [layers.locals(), *scope.body()]
 
 
 class ForwardKinematics(Algorithm):

@@ -17,7 +17,7 @@ from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, sum_terms
-from grid_core.emit.storage import Field, local_declaration, region
+from grid_core.emit.storage import Field, region
 from grid_core.model import Body, JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm, gravity_accel
@@ -238,10 +238,6 @@ class InverseDynamicsEmitter(Emitter):
         for dof, contrib in single.items():
             by_body.setdefault(contrib[0][0].index, []).append((dof, contrib))
 
-        def visit(scope, b):
-            ss.xi_update(scope, robot, b, arr["q"], arr["xi"])
-            steps.forward(scope, b)
-
         def complete(scope, c):
             # a finished subtree: its joint forces now, its force to the parent (only the
             # forces of the current root path stay live in registers)
@@ -250,12 +246,11 @@ class InverseDynamicsEmitter(Emitter):
             if robot.bodies[c].parent >= 0:
                 steps.backward(scope, robot.bodies[c].parent, [c])
 
-        sweeps.depth_first(robot, scope, visit, complete)
+        sweeps.depth_first(robot, scope, arr, steps.forward, complete)
         for dof, contrib in items:
             if dof not in single:
                 steps.tau(scope, dof, contrib)
-        return [*ss.gravity_statements(), local_declaration([arr[x] for x in ("v", "a", "f")], ["XI[XI_SIZE]"],
-                                             "registers: every index is a constant"), *scope.body()]
+        return [*ss.gravity_statements(), layers.locals([arr[x] for x in ("v", "a", "f")]), *scope.body()]
 
 
 class InverseDynamics(Algorithm):

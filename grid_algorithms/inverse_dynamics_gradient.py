@@ -25,7 +25,7 @@ from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import ROTATION_TOL, Scope, clean, matTvec, matvec, sum_terms
-from grid_core.emit.storage import Field, local_declaration, region
+from grid_core.emit.storage import Field, region
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, effective_subspace, joint_transform
 from grid_core.model.spatial import crf, crm, gravity_accel, icrf
@@ -305,15 +305,11 @@ class InverseDynamicsGradientEmitter(Emitter):
         out = _outputs(layers, True)
         scope = Scope("t")
 
-        def visit(sc, b):
-            ss.xi_update(sc, robot, b, arr["q"], arr["xi"])
-            rnea.forward(sc, b)
-
         def complete(sc, c):
             if robot.bodies[c].parent >= 0:
                 rnea.backward(sc, robot.bodies[c].parent, [c])
 
-        sweeps.depth_first(robot, scope, visit, complete)
+        sweeps.depth_first(robot, scope, arr, rnea.forward, complete)
         for b in robot.bodies:
             steps.forward(scope, b)
         for b in reversed(robot.bodies):
@@ -330,8 +326,8 @@ class InverseDynamicsGradientEmitter(Emitter):
                     for x in ("q", "qd"):
                         scope.assign(out[x](r, c), 0.0)
         return [*ss.gravity_statements(),
-                local_declaration([*(arr[x] for x in ("v", "a", "f")), *steps.w.values()], ["XI[XI_SIZE]"],
-                                  "registers (or the stack): every index is a constant"),
+                layers.locals([*(arr[x] for x in ("v", "a", "f")), *steps.w.values()],
+                              "registers (or the stack): every index is a constant"),
                 *scope.body()]
 
 

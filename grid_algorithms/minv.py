@@ -443,9 +443,6 @@ class MinvEmitter(Emitter):
         acc = {b.index: ss.sym6_of(b.inertia) for b in robot.bodies}
         ud: dict = {}
 
-        def visit(sc, b):
-            ss.xi_update(sc, robot, b, io["q"], io["xi"])
-
         def complete(sc, c):
             # IA[c] is final once its subtree is: its U and Dinv, then its part of the parent's
             body = robot.bodies[c]
@@ -455,7 +452,7 @@ class MinvEmitter(Emitter):
                 Ia = art.reduced(sc)
                 acc[p] = sc.let_all(ss.sym6_add(acc[p], art.to_parent(sc, steps.X(sc, body), Ia)), "acc")
 
-        sweeps.depth_first(robot, scope, visit, complete)
+        sweeps.depth_first(robot, scope, io, None, complete)
         root = frame_of(layers.ctx) == "root"
         U, S = {b: ud[b].U for b in ud}, {}  # U and S in the frame the columns are carried in
         if root:
@@ -510,7 +507,7 @@ class MinvEmitter(Emitter):
         else:
             mr = lambda r, c: final.get((min(r, c), max(r, c)), 0.0)  # noqa: E731 (the upper triangle, mirrored)
             Schur(cols.rel, mr).straight_line(scope, io["Minv"])
-        return [n.Stmt("T XI[XI_SIZE]", comment="registers: every index is a constant"), *scope.body()]
+        return [layers.locals(), *scope.body()]
 
 
 class Minv(Algorithm):

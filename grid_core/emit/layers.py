@@ -38,7 +38,7 @@ from ..errors import CodegenError
 from . import arena_emit
 from . import nodes as n
 from . import ring, sweeps
-from .storage import Array
+from .storage import Array, local_declaration
 from .signature import Call, Launch, Param, Signature, TemplateParam
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -354,6 +354,11 @@ class Layers:
         out.update({nm: (lambda i, a=nm: f"{a}[{i}]") for nm in self.global_outputs})
         out["xi"] = lambda i: f"{pre}{XI_REGION}[{i}]"
         return out
+
+    def locals(self, arrays=(), comment: str = "registers: every index is a constant") -> n.Stmt:
+        """The per-state function's declaration of its local arrays (bound by :meth:`arrays`), the
+        transform data's first."""
+        return local_declaration(arrays, [f"{XI_REGION}[XI_SIZE]"], comment)
 
     def part_pointer(self, region: str, part: str) -> str:
         """The inner's pointer to ``part`` of arena region ``region``: ``s_<part>``, or

@@ -11,8 +11,9 @@ code into a :class:`~grid_core.emit.expr.Scope`; these drivers schedule them:
 * :func:`fan_out_runs`: runs of independent items, each run one code path over a run-time
   index (the columns of one body, say, a :func:`span` of them), the runs side by side in one
   loop; :func:`phases`: such loops one after another, a barrier between;
-* :func:`depth_first`: the per-state layout's register schedule, each subtree's backward
-  step taken as soon as the subtree is complete, so only the current root path stays live.
+* :func:`depth_first`: the per-state layout's register schedule (each body's transform data
+  loaded as it is reached), each subtree's backward step taken as soon as the subtree is
+  complete, so only the current root path stays live.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..model import Robot
 from . import nodes as n
 from .emitter import LayerOptions
 from .expr import Scope
+from .spatial_steps import xi_update
 from .storage import plus
 
 SWEEP_FORMS = ("levels", "bodies")
@@ -195,14 +197,17 @@ def phases(stages: Sequence[Sequence[Run]], comments: Sequence[str] = ()) -> lis
     return out
 
 
-def depth_first(robot: Robot, scope: Scope, visit: Step, complete: Step) -> None:
-    """The per-state schedule: ``visit(scope, body)`` in body order (a depth-first order);
+def depth_first(robot: Robot, scope: Scope, io: dict, visit: Step | None, complete: Step) -> None:
+    """The per-state schedule, in body order (a depth-first order): each body's transform data
+    (its XI slots, from ``io``'s ``q`` into its ``xi``), then ``visit(scope, body)``;
     ``complete(scope, c)`` for each body ``c`` as soon as its whole subtree is visited,
     children before parents."""
     topo = robot.topology
     last = [max(topo.subtree[i]) for i in range(robot.num_bodies)]
     for b in robot.bodies:
-        visit(scope, b)
+        xi_update(scope, robot, b, io["q"], io["xi"])
+        if visit is not None:
+            visit(scope, b)
         c = b.index
         while c >= 0 and last[c] == b.index:
             complete(scope, c)
