@@ -209,20 +209,17 @@ class CrbaEmitter(Emitter):
         xi = io["xi"]
         steps = CrbaSteps(robot, {"xi": xi})
         scope = Scope("t")
-        acc = {b.index: ss.rbi_of(b.inertia) for b in robot.bodies}
         seen: set = set()
         write = writer(io["M"], nv, seen)
 
-        def complete(sc, c):
+        def finish(sc, c, ic):
             # IC[c] is final once its subtree is: its columns of M, then its part of the parent's
-            ic = sc.let_all(acc.pop(c), "IC")
-            steps.walk(sc, robot.bodies[c], ic, write)
-            p = robot.bodies[c].parent
-            if p >= 0:
-                X = ss.Transform(robot, robot.bodies[c], xi, sc)
-                acc[p] = sc.let_all(ss.rbi_add(acc[p], ss.inertia_to_parent(X, ic, sc)), "acc")
+            body = robot.bodies[c]
+            steps.walk(sc, body, ic, write)
+            if body.parent >= 0:
+                return ss.inertia_to_parent(ss.Transform(robot, body, xi, sc), ic, sc)
 
-        sweeps.depth_first(robot, scope, io, None, complete)
+        sweeps.depth_first_sums(robot, scope, io, lambda b: ss.rbi_of(b.inertia), finish, "IC")
         for r in range(nv):
             for c in range(nv):
                 if (r, c) not in seen:

@@ -16,17 +16,19 @@ of the number of mimic joints (see :mod:`grid_algorithms._mimic`).
 
 from __future__ import annotations
 
+import itertools
+
 import attrs
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.arena import ArenaRegion, spill_ladder
+from grid_core.arena import spill_ladder
 from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, dot, sum_terms
-from grid_core.emit.storage import Field, plus, region, vector
+from grid_core.emit.storage import Field, put_symmetric, region, regions, vector
 from grid_core.errors import CodegenError
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, joint_transform, motion_subspace
@@ -85,57 +87,48 @@ def minv(robot: Robot, q) -> np.ndarray:
 # The recursion on the relaxed tree, as steps on scalars (MinvSteps, with the articulate step of
 # grid_algorithms._articulated) shared by both layouts, over column bookkeeping baked at
 # generation time (Columns, P4): each body's relaxed columns, its subtree's, where its tree ends,
-# and the typed fields (grid_core.emit.storage) of the block layout's arrays:
-# * F: ONE 6-vector per relaxed column, carried up the tree in place.  Column j's articulated
-#   bias force lives at one body at a time (the body the backward pass has reached on j's path
-#   to the root), and siblings' subtrees own disjoint columns, so 6 x n_r scalars hold every
-#   body's F (instead of 6 x n_r per body).
-# * P: the forward pass's accelerations, for the bodies with children only (a leaf's are never
-#   read), over the columns their children read: from the first child's column to the end of
-#   the tree (beyond it they are zero).
-# * IA: the articulated inertia each non-root body passes to its parent, X^T (IA - U Dinv U^T) X,
-#   computed by the body itself (so siblings transform theirs in parallel; the parent sums).
-#   A leaf's IA, U and Dinv are robot constants, folded: never stored.
-# * U (6 x width) and Dinv (width x width) of each body with children.
-# * Mimic robots: Mr, the relaxed n_r x n_r inverse, KL (the Cholesky factor of K) and
-#   Z = K^-1 Y^T; without mimic joints the recursion writes the output directly.
-#
-# Only the upper triangle (each row from its own column on) is computed; each final entry is
-# written once, with its mirror.
+# and the typed fields (grid_core.emit.storage) of the block layout's arrays.  F holds ONE
+# 6-vector per relaxed column, carried up the tree in place: column j's articulated bias force
+# lives at one body at a time (the body the backward pass has reached on j's path to the root),
+# and siblings' subtrees own disjoint columns, so 6 x n_r scalars hold every body's F.  P holds a
+# body's accelerations only where its children read them (from its first child's column to the
+# end of the tree; beyond, zero), a leaf's never.  IA is what a non-root body passes to its
+# parent, computed by the body itself (siblings transform theirs in parallel; the parent sums).
+# A leaf's IA, U and Dinv are robot constants, folded: never stored.  Without mimic joints the
+# recursion writes the output directly (Mr, KL and Z: the mimic correction's).  Only the upper
+# triangle (each row from its own column on) is computed; each final entry is written once,
+# with its mirror.
 
 
 class Columns:
     """The recursion's column bookkeeping for one robot (relaxed tree), computed offline."""
 
     def __init__(self, robot: Robot):
-        rel = relaxation(robot)
+        rel = self.rel = relaxation(robot)
         topo = robot.topology
-        self.robot, self.rel, self.n = robot, rel, rel.nv
-        self.mimic = bool(len(rel.C))
+        self.robot, self.n, self.mimic = robot, rel.nv, bool(len(rel.C))
         for b in robot.bodies:
             if rel.width[b.index] != 1 and b.parent >= 0:
                 raise CodegenError(f"minv: robot '{robot.name}': body '{b.name}' has a multi-dof joint below "
                                    "the root, which the emitted recursion does not take")
-        root = [b if p < 0 else -1 for b, p in enumerate(topo.parent)]
-        for b, p in enumerate(topo.parent):
-            if p >= 0:
-                root[b] = root[p]
-        self.tree_end = [rel.end[root[b]] for b in range(robot.num_bodies)]
-        self.leaf = [not topo.children[b] for b in range(robot.num_bodies)]
         if [a + sum(a >= t for t in rel.own_steps) for a in range(robot.nv)] != [int(x) for x in rel.own]:
             raise CodegenError(f"minv: robot '{robot.name}': its own coordinates are not in relaxed order")
-        parents = [b for b in range(robot.num_bodies) if not self.leaf[b]]
+        self.tree_end = [rel.end[topo.support[b][0]] for b in range(robot.num_bodies)]
+        self.leaf = [not c for c in topo.children]
+        parents = [b for b in range(robot.num_bodies) if topo.children[b]]
         w, m = rel.width, len(rel.rows)
         self.p_first = {b: rel.index[b] + w[b] for b in parents}
         """The first column of body ``b``'s P: its first child's."""
-        fields = [
-            Field("F", range(6), self.n),  # component-major: F(k, j) is column j's component k
-            # per body with children, component-major over the columns from its first child's on
+        fields = [  # F and P component-major: F(k, j) is column j's component k
+            Field("F", range(6), self.n, "articulated bias forces of the unit joint forces: one 6-vector per "
+                  "relaxed column, carried up the tree in place"),
             Field("P", [(b, k) for b in parents for k in range(6)],
-                  lambda key: self.tree_end[key[0]] - self.p_first[key[0]]),
-            Field("IA", [b.index for b in robot.bodies if b.parent >= 0], 21),
+                  lambda key: self.tree_end[key[0]] - self.p_first[key[0]],
+                  "accelerations of the forward pass: bodies with children, the columns their children read"),
+            Field("IA", [b.index for b in robot.bodies if b.parent >= 0], 21, "articulated inertia each non-root "
+                  "body passes to its parent, X^T (IA - U Dinv U^T) X (21 scalars)"),
             Field("U", parents, lambda b: 6 * w[b]), Field("Dinv", parents, lambda b: w[b] * w[b]),
-            *([vector("Mr", self.n * self.n, cols=self.n),  # row-major
+            *([vector("Mr", self.n * self.n, "inverse inertia of the relaxed tree (mimic joints free)", self.n),
                Field("KL", [*range(m), "inv"], lambda key: m if key == "inv" else key + 1),  # L's rows, 1/L_kk
                Field("Z", range(m), robot.nv)] if self.mimic else []),
         ]
@@ -192,19 +185,6 @@ class MinvSteps:
         return minv, P
 
 
-def _groups(robot: Robot, form: str) -> tuple[list[list[int]], list[list[int]]]:
-    """The backward groups (leaves first) and the forward groups (roots excluded: the backward
-    pass finishes them), by levels (P1) or one body at a time."""
-    topo = robot.topology
-    if form == "bodies":
-        back = [[b] for b in reversed(range(robot.num_bodies))]
-        fwd = [[b] for b in range(robot.num_bodies) if topo.parent[b] >= 0]
-    else:
-        back = [list(level) for level in reversed(topo.levels)]
-        fwd = [list(level) for level in topo.levels[1:]]
-    return back, fwd
-
-
 class _Block:
     """The block layout's runs (:class:`sweeps.Run`), on the inner's arena arrays (``arrays``:
     the fields of :class:`Columns` bound by the layer generator; None: bound as it binds them,
@@ -220,16 +200,12 @@ class _Block:
     # -- the arrays ------------------------------------------------------------------
 
     def entry(self, r, c) -> str:
-        """``Mr[r, c]`` (relaxed, row-major: the output itself without mimic joints); ``r`` or ``c``
-        may be a C++ expression."""
-        n = self.cols.n
-        if isinstance(r, str):
-            index = plus(f"{r} * {n}", c)
-        else:
-            index = r * n + c if isinstance(c, int) else plus(c, r * n)
-        if self.cols.mimic:
-            return self.arr["Mr"].at(index)
-        return self.io["Minv"](index)
+        """``Mr[r, c]`` (relaxed: the output itself without mimic joints); either index may be a C++
+        expression."""
+        return (self.arr["Mr"] if self.cols.mimic else self.io["Minv"]).at(r, c)
+
+    def write(self, scope: Scope, r, c, value) -> None:
+        put_symmetric(scope, self.entry, r, c, value)
 
     def F(self, j) -> list[str]:
         return [self.arr["F"](k, j) for k in range(6)]
@@ -253,21 +229,13 @@ class _Block:
         D = [[self.arr["Dinv"](b, w * r + c) for c in range(w)] for r in range(w)]
         return U, D
 
-    def ia(self, b: int) -> list[str]:
-        return [self.arr["IA"](b, k) for k in range(21)]
-
-    def write(self, scope: Scope, r: int, j, value, mirror: bool) -> None:
-        scope.assign(self.entry(r, j), value)
-        if mirror:
-            scope.assign(self.entry(j, r), value)
-
     # -- the runs --------------------------------------------------------------------
 
     def finalize(self, b: int) -> sweeps.Run | None:
         """Body ``b``'s articulated inertia (its own and its children's), its U and Dinv, and what
         it passes to its parent.  None: nothing to do at run time (a lone leaf root)."""
         robot, cols, steps = self.robot, self.cols, self.steps
-        body = robot.bodies[b]
+        body, kids = robot.bodies[b], list(robot.topology.children[b])
         if cols.leaf[b] and body.parent < 0:
             return None
 
@@ -276,8 +244,8 @@ class _Block:
                 art = self.leaf(b)
             else:
                 IA = ss.sym6_of(body.inertia)
-                for c in robot.topology.children[b]:
-                    IA = ss.sym6_add(IA, self.ia(c))
+                for c in kids:
+                    IA = ss.sym6_add(IA, self.arr["IA"].get(c))
                 art = articulate(scope, body, scope.let_all(IA, "IA"))
                 stored_U, stored_D = self.ud(b)
                 for c in range(len(art.U)):
@@ -288,12 +256,10 @@ class _Block:
             if body.parent >= 0:
                 Ia = art.reduced(scope)
                 for k, x in enumerate(art.to_parent(scope, steps.X(scope, body), Ia)):
-                    scope.assign(self.ia(b)[k], x)
+                    scope.assign(self.arr["IA"](b, k), x)
 
-        kids = list(robot.topology.children[b])
         what = [f"IA[{b}] = I + children {kids}, U, Dinv" if kids else f"leaf {b}"]
-        if body.parent >= 0:
-            what.append("X^T Ia X to the parent")
+        what += ["X^T Ia X to the parent"] if body.parent >= 0 else []
         return sweeps.Run(1, step, per_warp=True, comment=f"{'; '.join(what)} ({body.joint.name})")
 
     def backward_runs(self, b: int) -> list:
@@ -303,17 +269,14 @@ class _Block:
         robot, cols, steps = self.robot, self.cols, self.steps
         body = robot.bodies[b]
         i0, d0, end, _ = cols.columns(b)
-        w = d0 - i0
-        root = body.parent < 0
 
         def column(scope, j, own):
             U, Dinv = self.ud(b)
             F = None if own is not None else self.F(j)
             minv = steps.backward(scope, body, Dinv, F, own)
-            if root:
-                rows = range(w) if own is None else range(own + 1)
-                for a in rows:
-                    self.write(scope, i0 + a, j, minv[a], mirror=own is None or a < own)
+            if body.parent < 0:
+                for a in range(d0 - i0) if own is None else range(own + 1):
+                    self.write(scope, i0 + a, j, minv[a])
                 if own is None and not cols.leaf[b]:
                     _, P = steps.forward(scope, body, U, Dinv, None, minv)
                     for k, x in enumerate(P):
@@ -325,7 +288,7 @@ class _Block:
                 scope.assign(self.F(j)[k], x)
 
         runs = [sweeps.Run(1, lambda scope, _k, a=a: column(scope, i0 + a, a),
-                           comment=f"body {b} ({body.joint.name}), its column {i0 + a}") for a in range(w)]
+                           comment=f"body {b} ({body.joint.name}), its column {i0 + a}") for a in range(d0 - i0)]
         return runs + [sweeps.span(d0, end, lambda scope, j: column(scope, j, None),
                                    comment=f"body {b}: the columns of its descendants, {d0} <= j < {end}")]
 
@@ -335,13 +298,12 @@ class _Block:
         robot, cols, steps = self.robot, self.cols, self.steps
         body = robot.bodies[b]
         i0, d0, end, tend = cols.columns(b)
-        p = body.parent
 
         def column(scope, j, within):
             U, Dinv = self.ud(b)
             minv_in = [self.entry(i0, j)] if within else None
-            minv, P = steps.forward(scope, body, U, Dinv, self.P(p, j), minv_in)
-            self.write(scope, i0, j, minv[0], mirror=j != i0)
+            minv, P = steps.forward(scope, body, U, Dinv, self.P(body.parent, j), minv_in)
+            self.write(scope, i0, j, minv[0])
             if j != i0 and not cols.leaf[b]:
                 for k, x in enumerate(P):
                     scope.assign(self.P(b, j)[k], x)
@@ -352,27 +314,22 @@ class _Block:
 
     def zero_runs(self) -> list:
         """The entries between separate trees (a forest): structural zeros."""
-        runs = []
-        for b in self.robot.bodies:
-            i0, d0, _, tend = self.cols.columns(b.index)
-            runs += [sweeps.span(tend, self.cols.n, lambda scope, j, r=r: self.write(scope, r, j, 0.0, mirror=True),
-                                 comment=f"row {r}: zeros beyond its tree") for r in range(i0, d0)]
-        return runs
+        return [sweeps.span(tend, self.cols.n, lambda scope, j, r=r: self.write(scope, r, j, 0.0),
+                            comment=f"row {r}: zeros beyond its tree")
+                for i0, d0, _, tend in map(self.cols.columns, range(self.robot.num_bodies)) for r in range(i0, d0)]
 
     def steps_of(self, form: str) -> tuple[list[list], list[list]]:
-        """The runs of each backward step (finalize a group, and the columns of the group before)
-        and of each forward step."""
-        back_groups, fwd_groups = _groups(self.robot, form)
-        back = []
-        for s in range(len(back_groups) + 1):
-            runs = [r for b in (back_groups[s] if s < len(back_groups) else []) for r in [self.finalize(b)] if r]
-            if s:
-                runs = [r for b in back_groups[s - 1] for r in self.backward_runs(b)] + runs
-            if s == 0:
-                runs += self.zero_runs()
-            back.append(runs)
-        fwd = [[r for b in g for r in self.forward_runs(b)] for g in fwd_groups]
-        return back, fwd
+        """The runs of each backward step (finalize a group and run the columns of the group before;
+        the structural zeros with the first) and of each forward step (roots excluded: the backward
+        pass finishes them)."""
+        groups = sweeps.groups(self.robot, form)
+        back = [[r for b in g for r in [self.finalize(b)] if r] for g in [*reversed(groups), []]]
+        for s, g in enumerate(reversed(groups), 1):
+            back[s] = [r for b in g for r in self.backward_runs(b)] + back[s]
+        back[0] += self.zero_runs()
+        parent = self.robot.topology.parent
+        fwd = [[r for b in g if parent[b] >= 0 for r in self.forward_runs(b)] for g in groups]
+        return back, [runs for runs in fwd if runs]
 
     def correction(self) -> list:
         """The mimic correction (:class:`~grid_algorithms._mimic.Schur`) on Mr, final here."""
@@ -390,11 +347,6 @@ class MinvOptions(sweeps.SweepOptions):
     (the measured choice for the robot, else root)."""
 
 
-def frame_of(ctx) -> str:
-    """The per-state column frame of an emit context: the option, else the measured one, else root."""
-    return ctx.knob("per_state_frame", "auto", "root")[0]
-
-
 class MinvEmitter(Emitter):
     Options = MinvOptions
     staged = True
@@ -404,18 +356,14 @@ class MinvEmitter(Emitter):
 
     def block_threads_hint(self, robot: Robot) -> int:
         block = _Block(robot)
-        back, fwd = block.steps_of("levels")
-        widths = [sweeps.runs_width(runs) for runs in back + fwd]
-        if block.cols.mimic:
-            widths.append(robot.nv * (robot.nv + 1) // 2)
-        return max(widths + [32])
+        widths = [sweeps.runs_width(runs) for stage in block.steps_of("levels") for runs in stage]
+        return max(widths + [robot.nv * (robot.nv + 1) // 2 if block.cols.mimic else 32, 32])
 
     def fields(self, layers) -> tuple:
         return tuple(Columns(layers.robot).fields.values())
 
     def inner_body(self, layers) -> list:
-        robot = layers.robot
-        block = _Block(robot, layers.arrays(self.fields(layers)), layers.vectors())
+        block = _Block(layers.robot, layers.arrays(self.fields(layers)), layers.vectors())
         back, fwd = block.steps_of(sweeps.form_of(layers.ctx))
         out: list = [n.Comment(
             "backward pass, leaves to root: each step finalizes a group of bodies (their articulated\n"
@@ -426,9 +374,7 @@ class MinvEmitter(Emitter):
             out.append(n.Sync())
         out += sweeps.phases(fwd, ["forward pass, root to leaves: each body's columns from its own on, "
                                    "one thread each"])
-        if block.cols.mimic:
-            out += block.correction()
-        return out
+        return out + (block.correction() if block.cols.mimic else [])
 
     def state_body(self, layers) -> list:
         """The articulated inertias depth-first (only the live path's in registers), then each
@@ -436,24 +382,21 @@ class MinvEmitter(Emitter):
         (the forward pass's), so only one column's forces and accelerations are live at a time."""
         robot = layers.robot
         cols = Columns(robot)
-        nv, nr = robot.nv, cols.n
         io = layers.vectors(local=True)
         steps = MinvSteps(robot, io["xi"])
         scope = Scope("t")
-        acc = {b.index: ss.sym6_of(b.inertia) for b in robot.bodies}
         ud: dict = {}
 
-        def complete(sc, c):
+        def finish(sc, c, IA):
             # IA[c] is final once its subtree is: its U and Dinv, then its part of the parent's
             body = robot.bodies[c]
-            art = ud[c] = articulate(sc, body, sc.let_all(acc.pop(c), "IA"))
+            art = ud[c] = articulate(sc, body, IA)
             if body.parent >= 0:
-                p = body.parent
                 Ia = art.reduced(sc)
-                acc[p] = sc.let_all(ss.sym6_add(acc[p], art.to_parent(sc, steps.X(sc, body), Ia)), "acc")
+                return art.to_parent(sc, steps.X(sc, body), Ia)
 
-        sweeps.depth_first(robot, scope, io, None, complete)
-        root = frame_of(layers.ctx) == "root"
+        sweeps.depth_first_sums(robot, scope, io, lambda b: ss.sym6_of(b.inertia), finish, "IA")
+        root = layers.ctx.knob("per_state_frame", "auto", "root")[0] == "root"
         U, S = {b: ud[b].U for b in ud}, {}  # U and S in the frame the columns are carried in
         if root:
             # the columns in the frame of their tree's root (Pinocchio's world frame): U and S of
@@ -470,8 +413,8 @@ class MinvEmitter(Emitter):
                 U[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U[b]]
                 if not cols.leaf[b]:
                     S[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
-        final: dict = {}
-        for j in range(nr):
+        final: dict = {}  # the upper triangle's entries
+        for j in range(cols.n):
             bj, own = robot.bodies[cols.rel.owner[j][0]], cols.rel.owner[j][1]
             scope.comment(f"column {j} ({bj.joint.name}): up its path, then down its tree")
             back, F, a = {}, None, bj
@@ -489,24 +432,18 @@ class MinvEmitter(Emitter):
                     continue
                 minv, Pb = steps.forward(scope, body, U[b], ud[b].Dinv, P[p] if p >= 0 else None, back.get(b),
                                          S.get(b), transform=not root)
-                for r in range(d0 - i0):
-                    if i0 + r <= j:
-                        final[(i0 + r, j)] = minv[r]
-                        if not cols.mimic:
-                            scope.assign(io["Minv"]((i0 + r) * nv + j), minv[r])
-                            if i0 + r != j:
-                                scope.assign(io["Minv"](j * nv + i0 + r), minv[r])
+                for r in range(i0, min(d0, j + 1)):
+                    final[(r, j)] = minv[r - i0]
+                    if not cols.mimic:
+                        put_symmetric(scope, io["Minv"].at, r, j, minv[r - i0])
                 if j >= d0 and not cols.leaf[b]:
                     P[b] = scope.let_all(Pb, "P")
-        if not cols.mimic:
-            for r in range(nv):  # entries between separate trees
-                for c in range(r + 1, nv):
-                    if (r, c) not in final:
-                        scope.assign(io["Minv"](r * nv + c), 0.0)
-                        scope.assign(io["Minv"](c * nv + r), 0.0)
-        else:
-            mr = lambda r, c: final.get((min(r, c), max(r, c)), 0.0)  # noqa: E731 (the upper triangle, mirrored)
-            Schur(cols.rel, mr).straight_line(scope, io["Minv"])
+        if cols.mimic:
+            Schur(cols.rel, lambda r, c: final.get((min(r, c), max(r, c)), 0.0)).straight_line(scope, io["Minv"])
+        else:  # the entries between separate trees
+            for r, c in itertools.combinations(range(robot.nv), 2):
+                if (r, c) not in final:
+                    put_symmetric(scope, io["Minv"].at, r, c, 0.0)
         return [layers.locals(), *scope.body()]
 
 
@@ -574,20 +511,11 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
 
     def arenas(self, robot: Robot, options=None):
         f = Columns(robot).fields
-        out = [
-            ArenaRegion("F", f["F"].size, "articulated bias forces of the unit joint forces: one 6-vector per "
-                        "relaxed column, carried up the tree in place"),
-            ArenaRegion("P", f["P"].size, "accelerations of the forward pass: bodies with children, the "
-                        "columns their children read"),
-            ArenaRegion("IA", f["IA"].size, "articulated inertia each non-root body passes to its "
-                        "parent, X^T (IA - U Dinv U^T) X (21 scalars)"),
-            region("UD", [f["U"], f["Dinv"]], "U = IA S and Dinv = (S^T U)^-1 of each body with children"),
-        ]
+        out = [*regions(f[x] for x in ("F", "P", "IA")),
+               region("UD", [f["U"], f["Dinv"]], "U = IA S and Dinv = (S^T U)^-1 of each body with children")]
         if "Mr" in f:
-            out += [
-                ArenaRegion("Mr", f["Mr"].size, "inverse inertia of the relaxed tree (mimic joints free)"),
-                region("schur", [f["KL"], f["Z"]], "mimic correction: Cholesky factor of K = C Mr C^T, Z = K^-1 Y^T"),
-            ]
+            out += [*regions([f["Mr"]]), region("schur", [f["KL"], f["Z"]], "mimic correction: Cholesky factor "
+                                                "of K = C Mr C^T, Z = K^-1 Y^T")]
         return tuple(out)
 
     def spill_rungs(self, robot: Robot, options=None):

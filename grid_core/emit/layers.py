@@ -38,7 +38,7 @@ from ..errors import CodegenError
 from . import arena_emit
 from . import nodes as n
 from . import ring, sweeps
-from .storage import Array, local_declaration
+from .storage import Array, Vector, local_declaration
 from .signature import Call, Launch, Param, Signature, TemplateParam
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -349,10 +349,10 @@ class Layers:
         code finds them: ``s_<port>`` and ``s_XI`` in the inner (block layout), the per-state
         function's ``<port>`` and its local ``XI`` (``local``).  Inputs read in place stay pointers."""
         pre = "" if local else "s_"
-        names = [p.name for p in (*self.smem_outputs, *self.smem_inputs)]
-        out = {nm: (lambda i, a=f"{pre}{nm}": f"{a}[{i}]") for nm in names}
-        out.update({nm: (lambda i, a=nm: f"{a}[{i}]") for nm in self.global_outputs})
-        out["xi"] = lambda i: f"{pre}{XI_REGION}[{i}]"
+        cols = {p.name: p.shape[-1] if len(p.shape) > 1 else 0 for p in (*self.outputs, *self.states)}
+        out = {p.name: Vector(f"{pre}{p.name}", cols[p.name]) for p in (*self.smem_outputs, *self.smem_inputs)}
+        out.update({nm: Vector(nm, cols[nm]) for nm in self.global_outputs})
+        out["xi"] = Vector(f"{pre}{XI_REGION}")
         return out
 
     def locals(self, arrays=(), comment: str = "registers: every index is a constant") -> n.Stmt:

@@ -105,12 +105,7 @@ class Array:
     def at(self, i, c=None) -> str:
         """Scalar ``i`` of a flat field (:func:`vector`), or entry ``(i, c)`` of a row-major matrix
         field; either index may be a C++ int expression."""
-        if c is not None:
-            if isinstance(i, int) and isinstance(c, int):
-                i = i * self.field.cols + c
-            else:
-                i = f"{i} * {self.field.cols} + {c}" if isinstance(i, str) else plus(c, i * self.field.cols)
-        return self(None, i)
+        return self(None, i if c is None else row_major(i, c, self.field.cols))
 
     def put(self, scope: Scope, key, values: Sequence[Scalar]) -> None:
         """Store entry ``key``: its constant scalars only recorded (folded where read)."""
@@ -140,6 +135,38 @@ class Array:
         return self(key, k) if self.field.holds(key) else 0.0
 
 
+class Vector:
+    """A port vector (or the transform data) where the code finds it: ``v(i)`` is scalar ``i``'s C++
+    expression, ``v.at(r, c)`` entry ``(r, c)`` of a row-major matrix of ``cols`` columns."""
+
+    def __init__(self, base: str, cols: int = 0):
+        self.base, self.cols = base, cols
+
+    def __call__(self, i) -> str:
+        return f"{self.base}[{i}]"
+
+    def at(self, r, c) -> str:
+        return self(row_major(r, c, self.cols))
+
+
+def put_symmetric(scope: Scope, at: Callable, r, c, value: Scalar) -> None:
+    """Entry ``(r, c)`` of a symmetric matrix (``at(r, c)``: its C++ expression) and, off the
+    diagonal, its mirror ``(c, r)``: each entry written once."""
+    scope.assign(at(r, c), value)
+    if r != c:
+        scope.assign(at(c, r), value)
+
+
+def row_major(r, c, cols: int):
+    """The index of entry ``(r, c)`` of a row-major matrix of ``cols`` columns (either index may be a
+    C++ int expression)."""
+    if isinstance(r, int) and isinstance(c, int):
+        return r * cols + c
+    if isinstance(r, str):
+        return f"{r} * {cols} + {c}" if isinstance(c, str) else plus(f"{r} * {cols}", c)
+    return plus(c, r * cols)
+
+
 def plus(var: str, const: int) -> str:
     """``var + const`` as C++ (``var`` a C++ int expression; ``const`` 0: ``var`` alone)."""
     if const == 0:
@@ -153,4 +180,5 @@ def local_declaration(arrays: Iterable[Array], extra: Sequence[str] = (), commen
     return n.Stmt(f"T {', '.join(decls)}", comment=comment)
 
 
-__all__ = ["Array", "Field", "local_declaration", "plus", "region", "regions", "vector"]
+__all__ = ["Array", "Field", "Vector", "local_declaration", "plus", "put_symmetric", "region", "regions", "row_major",
+           "vector"]

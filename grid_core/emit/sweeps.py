@@ -13,7 +13,8 @@ code into a :class:`~grid_core.emit.expr.Scope`; these drivers schedule them:
   loop; :func:`phases`: such loops one after another, a barrier between;
 * :func:`depth_first`: the per-state layout's register schedule (each body's transform data
   loaded as it is reached), each subtree's backward step taken as soon as the subtree is
-  complete, so only the current root path stays live.
+  complete, so only the current root path stays live; :func:`depth_first_sums` carries a sum
+  per body up the tree that way.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import attrs
 from ..model import Robot
 from . import nodes as n
 from .emitter import LayerOptions
-from .expr import Scope
+from .expr import Scope, sum_terms
 from .spatial_steps import xi_update
 from .storage import plus
 
@@ -50,6 +51,15 @@ def _switch(items: Sequence, step: Step, per_warp: bool, unpack: bool = False) -
 def _check(form: str) -> None:
     if form not in SWEEP_FORMS:
         raise ValueError(f"sweep form must be one of {', '.join(SWEEP_FORMS)}, not '{form}'")
+
+
+def groups(robot: Robot, form: str) -> list[list[int]]:
+    """The bodies root to leaves in the groups a block-cooperative sweep of ``form`` runs together:
+    the levels (P1), or one body at a time."""
+    _check(form)
+    if form == "bodies":
+        return [[b] for b in range(robot.num_bodies)]
+    return [list(level) for level in robot.topology.levels]
 
 
 def forward(robot: Robot, step: Step, form: str, bodies: Sequence[int] | None = None) -> list:
@@ -212,6 +222,22 @@ def depth_first(robot: Robot, scope: Scope, io: dict, visit: Step | None, comple
         while c >= 0 and last[c] == b.index:
             complete(scope, c)
             c = topo.parent[c]
+
+
+def depth_first_sums(robot: Robot, scope: Scope, io: dict, start: Callable, finish: Callable, name: str) -> None:
+    """:func:`depth_first` carrying one sum per body in registers (a composite or articulated
+    inertia, say): ``start(body)`` its first term; as soon as body ``c``'s subtree is complete,
+    ``finish(scope, c, total)`` takes the sum (bound as ``name``) and returns what ``c`` adds to
+    its parent's (None for a root)."""
+    acc = {b.index: start(b) for b in robot.bodies}
+
+    def complete(sc, c):
+        part = finish(sc, c, sc.let_all(acc.pop(c), name))
+        p = robot.topology.parent[c]
+        if p >= 0:
+            acc[p] = sc.let_all([sum_terms([(x,), (y,)]) for x, y in zip(acc[p], part)], "acc")
+
+    depth_first(robot, scope, io, None, complete)
 
 
 @attrs.frozen
