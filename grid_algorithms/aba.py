@@ -154,13 +154,11 @@ class AbaSteps:
 
     ``arr`` maps ``q``, ``qd``, ``tau``, ``qdd`` and ``xi`` to C++ expressions (index ->
     expression) and the fields of :func:`fields` to their arrays (an entry known at generation
-    time never stored, but folded where read); ``fext_guard`` is the condition under which
-    ``f_ext`` is read, ``constexpr`` in the per-state layout."""
+    time never stored, but folded where read); ``local``: the code is the per-state function's."""
 
-    def __init__(self, robot: Robot, arr: dict, fext_guard: str, constexpr: bool):
-        self.robot, self.arr = robot, arr
+    def __init__(self, robot: Robot, arr: dict, local: bool):
+        self.robot, self.arr, self.local = robot, arr, local
         self.sp, self.rel = _Sparsity(robot), relaxation(robot)
-        self.fext_guard, self.constexpr = fext_guard, constexpr
         self.a0 = ss.A0
 
     def get(self, name: str, key) -> list:
@@ -190,9 +188,7 @@ class AbaSteps:
             arr["v"].put(scope, b, v)
         Iv = scope.let_all(ss.inertia_times(np.asarray(body.inertia), v), "Iv")
         arr["pA"].accumulate(scope, (b, 0), [ss.cross_force(v, Iv)])
-        # f_ext is [force; moment]; pA is [moment; force]
-        sub = [n.Stmt(f"{arr['pA']((b, 0), k)} -= f_ext[{6 * b + (k + 3) % 6}]") for k in range(6)]
-        scope.stmts.append(n.If(self.fext_guard, sub, constexpr=self.constexpr))
+        ss.minus_f_ext(scope, [arr["pA"]((b, 0), k) for k in range(6)], b, self.local)
 
     def _rhs(self, body: Body, j: int, r: int):
         """Column ``j``'s joint force on the body's ``r``-th relaxed coordinate."""
@@ -314,14 +310,13 @@ class AbaEmitter(Emitter):
     def fields(self, layers) -> tuple:
         return fields(layers.robot)
 
-    def _steps(self, layers, local: bool) -> AbaSteps:
-        arrays = layers.arrays(fields(layers.robot), local)
-        return AbaSteps(layers.robot, {**layers.vectors(local), **arrays}, "USE_F_EXT" if local else "f_ext != nullptr",
-                        constexpr=local)
+    def steps(self, layers, arrays, io, *, local):
+        """ABA's steps (:class:`AbaSteps`) on its ``arrays`` and the port vectors ``io``."""
+        return AbaSteps(layers.robot, {**io, **arrays}, local)
 
     def inner_body(self, layers) -> list:
         robot = layers.robot
-        steps = self._steps(layers, local=False)
+        steps = layers.own_steps()
         form = sweeps.form_of(layers.ctx)
         roots = [(b.index,) for b in robot.bodies if b.parent < 0]
         out = [
@@ -352,7 +347,7 @@ class AbaEmitter(Emitter):
 
     def state_body(self, layers) -> list:
         robot = layers.robot
-        steps = self._steps(layers, local=True)
+        steps = layers.own_steps(local=True)
         arr = steps.arr
         scope = Scope("t")
 

@@ -124,11 +124,8 @@ class EndEffectorPoseEmitter(Emitter):
         """The steps (:class:`PoseSteps`) on this algorithm's frames and region, reading the caller's XI."""
         return PoseSteps(layers.robot, layers.ctx.frames, arrays["body_frames"], io["xi"])
 
-    def _own(self, layers, local: bool) -> PoseSteps:
-        return self.steps(layers, layers.arrays(self.fields(layers), local), layers.vectors(local), local=local)
-
     def inner_body(self, layers) -> list:
-        steps = self._own(layers, False)
+        steps = layers.own_steps()
         out = layers.arrays([pose_field(steps.frames)])["world_T_frame"]
         return [
             n.Comment(f"root to leaves, the world frames of the {len(steps.bodies)} bodies supporting a frame"),
@@ -139,7 +136,7 @@ class EndEffectorPoseEmitter(Emitter):
 
     def state_body(self, layers) -> list:
         io = layers.vectors(local=True)
-        steps = self._own(layers, True)
+        steps = layers.own_steps(local=True)
         out = layers.arrays([pose_field(steps.frames)], local=True)["world_T_frame"]
         scope = Scope("t")
         steps.state_sweep(scope, io["q"])

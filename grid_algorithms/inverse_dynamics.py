@@ -71,16 +71,14 @@ class RneaSteps:
 
     ``arr`` maps the logical arrays to C++ expressions: ``q``, ``qd``, ``qdd``, ``xi`` and
     ``tau`` (element index -> expression), ``v``, ``a`` and ``f`` (the typed arrays of
-    :func:`fields`, by body), ``f_ext`` (the pointer's name); ``fext_guard`` is the condition
-    under which ``f_ext`` is read (``constexpr``: a compile-time one).  ``every_body``: the arrays
-    among ``v`` and ``a`` stored at every body (by default only where a child reads them); an
-    entry known at generation time is never stored, but folded where read (:meth:`get`).
+    :func:`fields`, by body); ``local``: the code is a per-state function's (which reads ``f_ext``
+    under a compile-time flag).  ``every_body``: the arrays among ``v`` and ``a`` stored at every
+    body (by default only where a child reads them); an entry known at generation time is never
+    stored, but folded where read (:meth:`get`).
     """
 
-    def __init__(self, robot: Robot, arr: dict, fext_guard: str, constexpr: bool = False, every_body=()):
-        self.robot = robot
-        self.arr = arr
-        self.fext_guard, self.constexpr = fext_guard, constexpr
+    def __init__(self, robot: Robot, arr: dict, local: bool = False, every_body=()):
+        self.robot, self.arr, self.local = robot, arr, local
         self.every_body = set(every_body)
         self.a0 = ss.A0
 
@@ -126,10 +124,7 @@ class RneaSteps:
         vxIv = ss.cross_force(v, Iv)
         for k in range(6):
             scope.assign(arr["f"](i, k), sum_terms([(Ia[k],), (vxIv[k],)]))
-        # f_ext is [force; moment]; f is [moment; force]
-        fx = arr["f_ext"]
-        sub = [n.Stmt(f"{arr['f'](i, k)} -= {fx}[{6 * i + (k + 3) % 6}]") for k in range(6)]
-        scope.stmts.append(n.If(self.fext_guard, sub, constexpr=self.constexpr))
+        ss.minus_f_ext(scope, [arr["f"](i, k) for k in range(6)], i, self.local)
 
     def backward(self, scope: Scope, parent: int, children) -> None:
         """``f[parent] += X_c^T f[c]`` for each child ``c``."""
@@ -197,10 +192,8 @@ class InverseDynamicsEmitter(Emitter):
         """RNEA's steps on ``io``'s q, qd, qdd and xi (a per-state caller without acceleration
         input passes qdd ``None``: zero) and on its own arrays, by handle; ``f_ext`` the caller's."""
         qdd = io["qdd"] if io.get("qdd") is not None else (lambda i: 0.0)
-        arr = {**arrays, "q": io["q"], "qd": io["qd"], "qdd": qdd, "xi": io["xi"], "tau": io.get("tau"),
-               "f_ext": "f_ext"}
-        return RneaSteps(layers.robot, arr, "USE_F_EXT" if local else "f_ext != nullptr", constexpr=local,
-                         every_body=every_body)
+        arr = {**arrays, "q": io["q"], "qd": io["qd"], "qdd": qdd, "xi": io["xi"], "tau": io.get("tau")}
+        return RneaSteps(layers.robot, arr, local, every_body)
 
     def _own(self, layers, local: bool) -> RneaSteps:
         io = layers.vectors(local)

@@ -391,6 +391,11 @@ class Layers:
             out[f.name] = Array(f, f"s_{part}" if region == part else self.part_pointer(region, part))
         return out
 
+    def own_steps(self, local: bool = False):
+        """This algorithm's own steps (:meth:`~grid_core.emit.emitter.Emitter.steps`) on its fields,
+        bound by :meth:`arrays`, and its port vectors: what the bodies of its two layouts run."""
+        return self.emitter.steps(self, self.arrays(self.emitter.fields(self), local), self.vectors(local), local=local)
+
     def steps(self, name: str, local: bool = False, **how):
         """The steps of composed algorithm ``name`` on its fields, bound where this algorithm's code
         finds them (:meth:`arrays`), reading this algorithm's port vectors (:meth:`vectors`):

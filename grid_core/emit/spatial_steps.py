@@ -276,6 +276,16 @@ def gravity_statements() -> list:
     return [n.Stmt(f"const T {a} = -gravity.{c}") for a, c in zip(A0, "xyz")]
 
 
+def minus_f_ext(scope: Scope, f: Sequence[str], body: int, local: bool) -> None:
+    """``f -= f_ext`` of ``body`` (``f``: its six stored scalars, [moment; force]; ``f_ext`` is
+    [force; moment] per body), where the state has external forces: ``USE_F_EXT`` in the per-state
+    layout (``local``: a compile-time flag), a non-null ``f_ext`` in the block layout."""
+    from . import nodes as n
+
+    sub = [n.Stmt(f"{f[k]} -= f_ext[{6 * body + (k + 3) % 6}]") for k in range(6)]
+    scope.stmts.append(n.If("USE_F_EXT" if local else "f_ext != nullptr", sub, constexpr=local))
+
+
 # -- motion and force algebra ------------------------------------------------------
 
 
