@@ -1,16 +1,15 @@
 """Forward dynamics by the articulated-body algorithm (ABA).
 
-``qdd = aba(q, qd, tau, f_ext)``: the joint accelerations produced by the joint
-forces ``tau`` at state ``(q, qd)`` under gravity and the external forces
-``f_ext`` (one spatial force per body, in the body frame, ``[force; moment]``
-as Pinocchio orders it), in O(n) without forming the inertia matrix.
+``qdd = aba(q, qd, tau, f_ext)``: the joint accelerations produced by the joint forces ``tau``
+at state ``(q, qd)`` under gravity and the external forces ``f_ext`` (one spatial force per
+body, in the body frame, ``[force; moment]`` as Pinocchio orders it), in O(n) without forming
+the inertia matrix.
 
-Mimic joints: the algorithm runs on the relaxed tree (every mimic joint free,
-no force on it) and imposes the mimic constraints afterwards (see
-:mod:`grid_algorithms._mimic`).  The response ``Y = M_r^-1 C^T`` to one unit
-force per constraint reuses the articulated inertias: the backward and forward
-passes carry those right-hand sides as extra columns, without velocity, gravity
-or external force.
+Mimic joints: the algorithm runs on the relaxed tree (every mimic joint free, no force on it)
+and imposes the mimic constraints afterwards (see :mod:`grid_algorithms._mimic`).  The response
+``Y = M_r^-1 C^T`` to one unit force per constraint reuses the articulated inertias: the backward
+and forward passes carry those right-hand sides as extra columns, without velocity, gravity or
+external force.
 """
 
 from __future__ import annotations
@@ -86,14 +85,9 @@ def aba(robot: Robot, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY) -> np.nda
 # -- code generation -------------------------------------------------------------------
 #
 # One set of per-body steps serves both layouts, as in inverse dynamics: the block-cooperative
-# one (one block per state: passes 1 and 3 forward sweeps, pass 2 a backward gather, by levels
-# or by bodies) and the per-state one (one thread per state, straight-line code on local arrays
-# whose every index is a constant, so they live in registers; pass 2 depth-first).
-#
-# Every array is a typed field (grid_core.emit.storage) keyed by the generation-time sparsity
-# (_Sparsity): an entry is stored only where it can be non-zero and is not a robot constant (a
-# leaf's articulated inertia, U and D^-1 are constants, folded where read), and a mimic
-# constraint's right-hand-side column only where it reaches.
+# one (passes 1 and 3 forward sweeps, pass 2 a backward gather) and the per-state one (pass 2
+# depth-first).  Every array is a typed field (grid_core.emit.storage) keyed by the
+# generation-time sparsity (_Sparsity).
 
 HOT = ("v", "pA", "IA", "a")
 """Read and written across a sweep (children read v and a, every child adds into IA and pA)."""
@@ -117,7 +111,7 @@ class _Sparsity:
         nb = robot.num_bodies
         self.mimics = [b for b in robot.bodies if b.mimic is not None]  # C's rows, in order
         self.K = 1 + len(self.mimics)
-        self.width = w = [len(ss.subspace_columns(b)) for b in robot.bodies]
+        w = [len(ss.subspace_columns(b)) for b in robot.bodies]
         self.rhs = {}
         """``(body, column >= 1)`` -> the constant joint force of that column (non-zero only)."""
         for j, b in enumerate(self.mimics, start=1):
@@ -159,7 +153,6 @@ class AbaSteps:
     def __init__(self, robot: Robot, arr: dict, local: bool):
         self.robot, self.arr, self.local = robot, arr, local
         self.sp, self.rel = _Sparsity(robot), relaxation(robot)
-        self.a0 = ss.A0
 
     def get(self, name: str, key) -> list:
         return self.arr[name].get(key)
@@ -255,7 +248,7 @@ class AbaSteps:
             if (b, j) not in sp.qdd:
                 continue
             if p < 0:  # a0 = [0; -g] for the physical column: X a0 = [0; E a0]
-                ap = [0.0, 0.0, 0.0] + X.rotate(self.a0, scope) if j == 0 else [0.0] * 6
+                ap = [0.0, 0.0, 0.0] + X.rotate(ss.A0, scope) if j == 0 else [0.0] * 6
             else:
                 ap = X.motion(self.get("a", (p, j)), scope)
                 if j == 0:

@@ -164,9 +164,7 @@ def _fields(robot: Robot) -> tuple[Field]:
 class CrbaEmitter(Emitter):
     Options = sweeps.SweepOptions
     staged = True
-    # nv^2 outputs per state: scattered per-thread stores do not coalesce; staged through shared
-    # memory (where a block of them fits 48 KB) they do (benchmarks/results/experiments/README.md)
-    stage_by_default = True
+    stage_by_default = True  # nv^2 outputs per state
 
     def block_threads_hint(self, robot: Robot) -> int:
         return max(32 * robot.topology.max_level_width, 32 * len(column_items(robot)[0]), robot.nv)

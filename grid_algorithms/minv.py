@@ -1,17 +1,15 @@
 """Inverse of the joint-space inertia matrix, directly, by Carpentier's ABA-like recursion.
 
-``Minv = minv(q)`` without forming (or factorising) ``M``: the algorithm of
-Carpentier (2018), "Analytical inverse of the joint space inertia matrix", the
-one Pinocchio's ``computeMinverse`` implements.  It is the articulated-body
-algorithm run on all unit joint forces at once: a backward pass of articulated
-inertias ``IA`` carrying, for the unit forces applied in each subtree, the
-articulated bias forces ``F``; then a forward pass carrying their accelerations
-``P``.  Only the upper triangle is computed (each row from its own column on),
-then mirrored.
+``Minv = minv(q)`` without forming (or factorising) ``M``: the algorithm of Carpentier (2018),
+"Analytical inverse of the joint space inertia matrix", the one Pinocchio's ``computeMinverse``
+implements.  It is the articulated-body algorithm run on all unit joint forces at once: a
+backward pass of articulated inertias ``IA`` carrying, for the unit forces applied in each
+subtree, the articulated bias forces ``F``; then a forward pass carrying their accelerations
+``P``.  Only the upper triangle is computed (each row from its own column on), then mirrored.
 
-Mimic joints: the recursion runs on the relaxed tree (every mimic joint free) and
-the mimic constraints are imposed afterwards by a Schur complement of the size
-of the number of mimic joints (see :mod:`grid_algorithms._mimic`).
+Mimic joints: the recursion runs on the relaxed tree (every mimic joint free) and the mimic
+constraints are imposed afterwards by a Schur complement of the size of the number of mimic
+joints (see :mod:`grid_algorithms._mimic`).
 """
 
 from __future__ import annotations
@@ -34,7 +32,7 @@ from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, joint_transform, motion_subspace
 from grid_core.review import ParallelismReview, done
 
-from ._articulated import Articulated, articulate
+from ._articulated import articulate
 from ._mimic import Schur, relaxation
 
 
@@ -86,18 +84,13 @@ def minv(robot: Robot, q) -> np.ndarray:
 #
 # The recursion on the relaxed tree, as steps on scalars (MinvSteps, with the articulate step of
 # grid_algorithms._articulated) shared by both layouts, over column bookkeeping baked at
-# generation time (Columns, P4): each body's relaxed columns, its subtree's, where its tree ends,
-# and the typed fields (grid_core.emit.storage) of the block layout's arrays.  F holds ONE
-# 6-vector per relaxed column, carried up the tree in place: column j's articulated bias force
-# lives at one body at a time (the body the backward pass has reached on j's path to the root),
-# and siblings' subtrees own disjoint columns, so 6 x n_r scalars hold every body's F.  P holds a
-# body's accelerations only where its children read them (from its first child's column to the
-# end of the tree; beyond, zero), a leaf's never.  IA is what a non-root body passes to its
-# parent, computed by the body itself (siblings transform theirs in parallel; the parent sums).
-# A leaf's IA, U and Dinv are robot constants, folded: never stored.  Without mimic joints the
-# recursion writes the output directly (Mr, KL and Z: the mimic correction's).  Only the upper
-# triangle (each row from its own column on) is computed; each final entry is written once,
-# with its mirror.
+# generation time (Columns, P4) and the typed fields of the block layout's arrays.  F holds ONE
+# 6-vector per relaxed column: column j's articulated bias force lives at one body at a time
+# (the body the backward pass has reached on j's path to the root), and siblings' subtrees own
+# disjoint columns, so 6 x n_r scalars hold every body's F.  P holds a body's accelerations only
+# where its children read them (from its first child's column to the end of the tree; beyond,
+# zero).  A leaf's IA, U and Dinv are robot constants, folded: never stored.  Without mimic
+# joints the recursion writes the output directly.
 
 
 class Columns:
@@ -115,6 +108,9 @@ class Columns:
             raise CodegenError(f"minv: robot '{robot.name}': its own coordinates are not in relaxed order")
         self.tree_end = [rel.end[topo.support[b][0]] for b in range(robot.num_bodies)]
         self.leaf = [not c for c in topo.children]
+        self.leaf_art = {b.index: articulate(Scope("c"), b, ss.sym6_of(b.inertia)) for b in robot.bodies
+                         if self.leaf[b.index]}
+        """A leaf's articulation: robot constants."""
         parents = [b for b in range(robot.num_bodies) if topo.children[b]]
         w, m = rel.width, len(rel.rows)
         self.p_first = {b: rel.index[b] + w[b] for b in parents}
@@ -195,7 +191,6 @@ class _Block:
         self.cols = Columns(robot)
         self.arr, self.io = arrays or {}, io or {}
         self.steps = MinvSteps(robot, self.io.get("xi"))
-        self._leaf = {}
 
     # -- the arrays ------------------------------------------------------------------
 
@@ -213,17 +208,10 @@ class _Block:
     def P(self, b: int, j) -> list[str]:
         return [self.arr["P"]((b, k), j, first=self.cols.p_first[b]) for k in range(6)]
 
-    def leaf(self, b: int) -> Articulated:
-        """A leaf's articulation: robot constants."""
-        if b not in self._leaf:
-            body = self.robot.bodies[b]
-            self._leaf[b] = articulate(Scope("c"), body, ss.sym6_of(body.inertia))
-        return self._leaf[b]
-
     def ud(self, b: int) -> tuple[list, list]:
         """``U`` and ``Dinv`` of body ``b``: stored, or a leaf's constants."""
         if self.cols.leaf[b]:
-            return self.leaf(b).U, self.leaf(b).Dinv
+            return self.cols.leaf_art[b].U, self.cols.leaf_art[b].Dinv
         w = self.cols.rel.width[b]
         U = [[self.arr["U"](b, 6 * c + k) for k in range(6)] for c in range(w)]
         D = [[self.arr["Dinv"](b, w * r + c) for c in range(w)] for r in range(w)]
@@ -241,7 +229,7 @@ class _Block:
 
         def step(scope, _k):
             if cols.leaf[b]:
-                art = self.leaf(b)
+                art = cols.leaf_art[b]
             else:
                 IA = ss.sym6_of(body.inertia)
                 for c in kids:
@@ -350,9 +338,7 @@ class MinvOptions(sweeps.SweepOptions):
 class MinvEmitter(Emitter):
     Options = MinvOptions
     staged = True
-    # nv^2 outputs per state, as crba: scattered per-thread stores do not coalesce; staged through
-    # shared memory (where a block of them fits 48 KB) they do
-    stage_by_default = True
+    stage_by_default = True  # nv^2 outputs per state
 
     def block_threads_hint(self, robot: Robot) -> int:
         block = _Block(robot)
@@ -415,15 +401,13 @@ class MinvEmitter(Emitter):
                     S[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
         final: dict = {}  # the upper triangle's entries
         for j in range(cols.n):
-            bj, own = robot.bodies[cols.rel.owner[j][0]], cols.rel.owner[j][1]
-            scope.comment(f"column {j} ({bj.joint.name}): up its path, then down its tree")
-            back, F, a = {}, None, bj
-            while True:
-                back[a.index] = m = steps.backward(scope, a, ud[a.index].Dinv, F, own, S.get(a.index))
-                if a.parent < 0:
-                    break
-                F = steps.transfer(scope, a, U[a.index], m, F, to_parent=not root)
-                a, own = robot.bodies[a.parent], None
+            (bj, own), back, F = cols.rel.owner[j], {}, None
+            scope.comment(f"column {j} ({robot.bodies[bj].joint.name}): up its path, then down its tree")
+            for a in reversed(robot.topology.support[bj]):
+                body = robot.bodies[a]
+                back[a] = m = steps.backward(scope, body, ud[a].Dinv, F, own if a == bj else None, S.get(a))
+                if body.parent >= 0:
+                    F = steps.transfer(scope, body, U[a], m, F, to_parent=not root)
             P: dict = {}
             for body in robot.bodies:
                 b, p = body.index, body.parent
