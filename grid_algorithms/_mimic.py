@@ -31,7 +31,7 @@ import numpy as np
 from grid_core.emit import dense, sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit.expr import Scope, sum_terms
-from grid_core.emit.storage import plus
+from grid_core.emit.storage import plus, put_symmetric
 from grid_core.model import Robot
 from grid_core.model.joints import joint_nv
 
@@ -166,7 +166,7 @@ class Schur:
         return sum_terms([(self.mr(ra, rb),), *[(-1.0, yk, zk) for yk, zk in zip(y, z)]])
 
     def straight_line(self, scope: Scope, out) -> None:
-        """One thread's code: ``out`` (index -> expression, row-major ``nv x nv``) written whole."""
+        """One thread's code: ``out`` (``nv x nv``, :meth:`~grid_core.emit.storage.Vector.at`) written whole."""
         nv, m = self.nv, len(self.rows)
         scope.comment(f"mimic joints: Minv = L (Mr - Y K^-1 Y^T) L^T, K = C Mr C^T ({m} x {m})")
         chol = dense.cholesky(scope, constraint_gram(self.rows, self.Y))
@@ -176,9 +176,7 @@ class Schur:
             for b in range(a, nv):
                 x = scope.let(self.entry(self.own(a), self.own(b), [B[k][a] for k in range(m)],
                                          [Z[k][b] for k in range(m)]), "Minv")
-                scope.assign(out(a * nv + b), x)
-                if b != a:
-                    scope.assign(out(b * nv + a), x)
+                put_symmetric(scope, out.at, a, b, x)
 
     def block(self, KL, Z, out) -> list:
         """A block's code (:mod:`~grid_core.emit.sweeps` runs, a barrier before each phase): K

@@ -137,17 +137,11 @@ class _Sparsity:
         self.fields = {f.name: f for f in fields}
 
 
-def fields(robot: Robot) -> tuple[Field, ...]:
-    """ABA's arrays, the hot band's then the cold's (qr only on a robot with mimic joints)."""
-    f = _Sparsity(robot).fields
-    return tuple(f[x] for x in HOT + COLD if x in f)
-
-
 class AbaSteps:
     """ABA's per-body steps on the relaxed tree, every robot constant folded in.
 
     ``arr`` maps ``q``, ``qd``, ``tau``, ``qdd`` and ``xi`` to C++ expressions (index ->
-    expression) and the fields of :func:`fields` to their arrays (an entry known at generation
+    expression) and the fields of :class:`_Sparsity` to their arrays (an entry known at generation
     time never stored, but folded where read); ``local``: the code is the per-state function's."""
 
     def __init__(self, robot: Robot, arr: dict, local: bool):
@@ -301,7 +295,9 @@ class AbaEmitter(Emitter):
         return "f_ext: this state's external forces or nullptr."
 
     def fields(self, layers) -> tuple:
-        return fields(layers.robot)
+        """ABA's arrays, the hot band's then the cold's (qr only on a robot with mimic joints)."""
+        f = _Sparsity(layers.robot).fields
+        return tuple(f[x] for x in HOT + COLD if x in f)
 
     def steps(self, layers, arrays, io, *, local):
         """ABA's steps (:class:`AbaSteps`) on its ``arrays`` and the port vectors ``io``."""
@@ -357,7 +353,7 @@ class AbaEmitter(Emitter):
             z = steps.constraint_forces(scope)
             for dof in range(robot.nv):
                 steps.constrained_qdd(scope, dof, z)
-        return [*ss.gravity_statements(), layers.locals([arr[f.name] for f in fields(robot)]), *scope.body()]
+        return [*ss.gravity_statements(), layers.locals([arr[f.name] for f in self.fields(layers)]), *scope.body()]
 
 
 class ABA(Algorithm):

@@ -99,7 +99,7 @@ class Columns:
     def __init__(self, robot: Robot):
         rel = self.rel = relaxation(robot)
         topo = robot.topology
-        self.robot, self.n, self.mimic = robot, rel.nv, bool(len(rel.C))
+        self.n, self.mimic = rel.nv, bool(len(rel.C))
         for b in robot.bodies:
             if rel.width[b.index] != 1 and b.parent >= 0:
                 raise CodegenError(f"minv: robot '{robot.name}': body '{b.name}' has a multi-dof joint below "
@@ -199,9 +199,6 @@ class _Block:
         expression."""
         return (self.arr["Mr"] if self.cols.mimic else self.io["Minv"]).at(r, c)
 
-    def write(self, scope: Scope, r, c, value) -> None:
-        put_symmetric(scope, self.entry, r, c, value)
-
     def F(self, j) -> list[str]:
         return [self.arr["F"](k, j) for k in range(6)]
 
@@ -242,9 +239,8 @@ class _Block:
                     for r in range(len(art.U)):
                         scope.assign(stored_D[r][c], art.Dinv[r][c])
             if body.parent >= 0:
-                Ia = art.reduced(scope)
-                for k, x in enumerate(art.to_parent(scope, steps.X(scope, body), Ia)):
-                    scope.assign(self.arr["IA"](b, k), x)
+                Ia, X = art.reduced(scope), steps.X(scope, body)
+                scope.assign_all([self.arr["IA"](b, k) for k in range(21)], art.to_parent(scope, X, Ia))
 
         what = [f"IA[{b}] = I + children {kids}, U, Dinv" if kids else f"leaf {b}"]
         what += ["X^T Ia X to the parent"] if body.parent >= 0 else []
@@ -264,16 +260,14 @@ class _Block:
             minv = steps.backward(scope, body, Dinv, F, own)
             if body.parent < 0:
                 for a in range(d0 - i0) if own is None else range(own + 1):
-                    self.write(scope, i0 + a, j, minv[a])
+                    put_symmetric(scope, self.entry, i0 + a, j, minv[a])
                 if own is None and not cols.leaf[b]:
                     _, P = steps.forward(scope, body, U, Dinv, None, minv)
-                    for k, x in enumerate(P):
-                        scope.assign(self.P(b, j)[k], x)
+                    scope.assign_all(self.P(b, j), P)
                 return
             F_up = steps.transfer(scope, body, U, minv, F)  # every load before the first store
             scope.assign(self.entry(i0, j), minv[0])  # read back by the forward pass
-            for k, x in enumerate(F_up):
-                scope.assign(self.F(j)[k], x)
+            scope.assign_all(self.F(j), F_up)
 
         runs = [sweeps.Run(1, lambda scope, _k, a=a: column(scope, i0 + a, a),
                            comment=f"body {b} ({body.joint.name}), its column {i0 + a}") for a in range(d0 - i0)]
@@ -291,10 +285,9 @@ class _Block:
             U, Dinv = self.ud(b)
             minv_in = [self.entry(i0, j)] if within else None
             minv, P = steps.forward(scope, body, U, Dinv, self.P(body.parent, j), minv_in)
-            self.write(scope, i0, j, minv[0])
+            put_symmetric(scope, self.entry, i0, j, minv[0])
             if j != i0 and not cols.leaf[b]:
-                for k, x in enumerate(P):
-                    scope.assign(self.P(b, j)[k], x)
+                scope.assign_all(self.P(b, j), P)
 
         return [sweeps.Run(1, lambda scope, _k: column(scope, i0, True), comment=f"body {b} ({body.joint.name})"),
                 sweeps.span(d0, end, lambda sc, j: column(sc, j, True), comment=f"body {b}: its descendants' columns"),
@@ -302,7 +295,7 @@ class _Block:
 
     def zero_runs(self) -> list:
         """The entries between separate trees (a forest): structural zeros."""
-        return [sweeps.span(tend, self.cols.n, lambda scope, j, r=r: self.write(scope, r, j, 0.0),
+        return [sweeps.span(tend, self.cols.n, lambda scope, j, r=r: put_symmetric(scope, self.entry, r, j, 0.0),
                             comment=f"row {r}: zeros beyond its tree")
                 for i0, d0, _, tend in map(self.cols.columns, range(self.robot.num_bodies)) for r in range(i0, d0)]
 

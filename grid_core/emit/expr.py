@@ -224,6 +224,10 @@ class Scope:
     def assign(self, target: str, x: Scalar) -> None:
         self.stmts.append(n.Stmt(f"{target} = {render(x)}"))
 
+    def assign_all(self, targets: Sequence[str], xs: Sequence[Scalar]) -> None:
+        for target, x in zip(targets, xs, strict=True):
+            self.assign(target, x)
+
     def add_to(self, target: str, x: Scalar) -> None:
         if is_const(x) and x == 0.0:
             return

@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from grid_core import algorithms, registry
 from grid_core.cli import main
+from grid_core.emit.emitter import Emitter
 from grid_core.review import PATTERNS
 
 FIRST_ORDER = (
@@ -39,6 +40,10 @@ def test_grid_review_prints_the_plan(name):
     alg = algorithms()[name]
     assert result.output.startswith(f"{name} (")
     assert ("not yet emitted" in result.output) == (not alg.has_emitter())
+    # the layouts line is written from the emitter's declarations, not from the module's notes
+    assert ("layouts: block-cooperative" in result.output) == alg.has_emitter()
+    if alg.has_emitter() and alg.emitter.state_body is not Emitter.state_body:
+        assert f"{name.upper()}_PER_STATE_MIN_N" in result.output
     for key, title in PATTERNS.items():
         verdict = getattr(alg.review, key)
         assert f"{key} {title}: {verdict.verdict.value}" in result.output

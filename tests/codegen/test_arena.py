@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grid_core.arena import ArenaRegion, SpillRung, Tier, padded, select_rungs
+from grid_core.arena import (ALL_SCRATCH, ArenaRegion, SpillRung, Tier, expand_rungs, padded, select_rungs,
+                             spill_ladder)
 from grid_core.errors import PluginError
 
 REGIONS = (
@@ -76,3 +77,12 @@ def test_orchestrator_rungs_follow_the_callees_and_all_scratch():
     assert set(alt[1].spilled) == {"mine"}
     with pytest.raises(PluginError, match="does not compose"):
         expand_rungs("orch", (SpillRung(0, "none"), SpillRung(1, "x", {callee_rung("other", 1)})), regions, {})
+
+
+def test_the_usual_ladder_starts_in_shared_memory_and_ends_with_all_scratch_in_global():
+    ladder = spill_ladder(("cold in global", {"cold"}, "the cold band"))
+    assert [(r.level, r.name, set(r.spilled)) for r in ladder] == [
+        (0, "all in shared memory", set()), (1, "cold in global", {"cold"}),
+        (2, "all scratch in global", {ALL_SCRATCH})]
+    plan = select_rungs("algo", REGIONS, expand_rungs("algo", ladder, REGIONS, {}), 0)
+    assert plan.rungs[-1].spilled == {"hot", "cold"}

@@ -9,7 +9,7 @@ import pytest
 from conftest import load
 from grid_core.composer import Composer, GenerateOptions
 from grid_core.emit.expr import Scope
-from grid_core.emit.storage import Array, Field, local_declaration, region, regions, vector
+from grid_core.emit.storage import Array, Field, Vector, local_declaration, put_symmetric, region, regions, vector
 from grid_core.errors import CodegenError
 
 
@@ -46,6 +46,16 @@ def test_vector_fields_index_rows_and_columns():
     r = regions([M.field, vector("bias", 3, "bias forces")])
     assert [(x.name, x.elements, x.doc, x.parts) for x in r] == [("inv_M", 12, "a 3 x 4 matrix", ()),
                                                                   ("bias", 3, "bias forces", ())]
+
+
+def test_port_vectors_index_row_major_and_symmetric_entries_are_written_once_with_their_mirror():
+    M = Vector("s_Minv", 3)
+    assert M(4) == "s_Minv[4]" and M.at(1, 2) == "s_Minv[5]" and M.at("r", 0) == "s_Minv[r * 3]"
+    assert M.at(2, "j") == "s_Minv[j + 6]" and M.at("r", "c") == "s_Minv[r * 3 + c]"
+    scope = Scope("t")
+    put_symmetric(scope, M.at, 1, 1, 2.0)
+    put_symmetric(scope, M.at, 0, "j", 3.0)
+    assert [s.text for s in scope.stmts] == ["s_Minv[4] = T(2.0)", "s_Minv[j] = T(3.0)", "s_Minv[j * 3] = T(3.0)"]
 
 
 def test_array_folds_known_entries_and_zero_keys():

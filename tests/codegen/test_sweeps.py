@@ -67,3 +67,29 @@ def test_ranges_are_the_maximal_runs_of_kept_indices():
     assert sweeps.ranges(8, lambda c: c not in support) == [(0, 1), (3, 5), (6, 8)]
     assert sweeps.ranges(3, lambda c: True) == [(0, 3)] and sweeps.ranges(3, lambda c: False) == []
     assert sweeps.ranges(0, lambda c: True) == []
+
+
+def test_groups_are_the_levels_or_one_body_each():
+    from conftest import load
+
+    robot = load("hyq")
+    assert sweeps.groups(robot, "levels") == [list(level) for level in robot.topology.levels]
+    assert sweeps.groups(robot, "bodies") == [[b] for b in range(robot.num_bodies)]
+
+
+def test_depth_first_loads_xi_and_sums_each_subtree_into_its_parent():
+    from conftest import load
+    from grid_core.emit.expr import Scope
+
+    robot = load("hyq")
+    scope, seen = Scope("t"), []
+    io = {"q": lambda i: f"q[{i}]", "xi": lambda i: f"XI[{i}]"}
+
+    def finish(sc, c, total):  # the number of bodies in c's subtree, folded
+        seen.append((c, total[0]))
+        return total
+
+    sweeps.depth_first_sums(robot, scope, io, lambda b: [1.0], finish, "n")
+    assert sorted(seen) == [(b, float(len(robot.topology.subtree[b]))) for b in range(robot.num_bodies)]
+    assert [c for c, _ in seen].index(1) < [c for c, _ in seen].index(0)  # children before parents
+    assert "XI[" in "".join(str(x) for x in scope.body())

@@ -18,7 +18,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY
-from grid_core.arena import ArenaRegion, SpillRung
+from grid_core.arena import ArenaRegion, spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter
 from grid_core.model import Robot
@@ -102,11 +102,8 @@ so :math:`\tau_g(q) = \mathrm{ID}(q, 0, 0)`, the gravity term :math:`g(q)` of
         return (ArenaRegion("zero", robot.nv, "zeros read as qd and qdd by the composed inverse dynamics"),)
 
     def spill_rungs(self, robot: Robot, options=None):
-        return (
-            SpillRung(0, "all in shared memory"),
-            SpillRung(1, "sweep state in global", {"vaf"}, "the v/a/f band goes to d_workspace"),
-            SpillRung(2, "all scratch in global", {"vaf", "XI", "zero"}, "every scratch region in d_workspace"),
-        )
+        # rung 0 spills nothing, the last every scratch region (XI, vaf, zero); between, the v/a/f band
+        return spill_ladder(("sweep state in global", {"vaf"}, "the v/a/f band goes to d_workspace"))
 
 
 @hookimpl
