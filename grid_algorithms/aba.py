@@ -291,9 +291,6 @@ class AbaEmitter(Emitter):
         # one warp per body of the widest level (P1), one thread per dof for the mimic solve
         return max(32 * robot.topology.max_level_width, robot.num_bodies, robot.nv)
 
-    def inner_doc(self, layers) -> str:
-        return "f_ext: this state's external forces or nullptr."
-
     def fields(self, layers) -> tuple:
         """ABA's arrays, the hot band's then the cold's (qr only on a robot with mimic joints)."""
         f = _Sparsity(layers.robot).fields

@@ -57,7 +57,7 @@ class ForwardDynamicsEmitter(Emitter):
     def inner_doc(self, layers) -> str:
         how = ("the articulated-body algorithm (aba_inner)" if _method(layers) == "aba"
                else "Minv (tau - bias): minv_inner and inverse_dynamics_inner")
-        return f"f_ext: this state's external forces or nullptr.  Method: {how}."
+        return f"Method: {how}."
 
     def fields(self, layers) -> tuple:
         return _fields(layers.robot.nv)

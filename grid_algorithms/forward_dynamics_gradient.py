@@ -62,9 +62,6 @@ class ForwardDynamicsGradientEmitter(Emitter):
     def block_threads_hint(self, robot: Robot) -> int:
         return robot.nv * robot.nv  # the product's cells, one thread each
 
-    def inner_doc(self, layers) -> str:
-        return "f_ext: this state's external forces or nullptr."
-
     def helpers(self, layers) -> list:
         """The structure of dtau (the composed gradient's): each column's rows that are not
         structural zeros, as a compressed table the products walk."""

@@ -182,9 +182,6 @@ class InverseDynamicsEmitter(Emitter):
     def grid_data_names(self):
         return {"tau": "c"}  # upstream's name
 
-    def inner_doc(self, layers) -> str:
-        return "f_ext: this state's external forces or nullptr."
-
     def fields(self, layers) -> tuple:
         return fields(layers.robot)
 

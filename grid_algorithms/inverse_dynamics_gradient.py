@@ -254,9 +254,6 @@ class InverseDynamicsGradientEmitter(Emitter):
 
     sweep_doc = "Sweep form (RNEA's and the world frame's)"
 
-    def inner_doc(self, layers) -> str:
-        return "f_ext: this state's external forces or nullptr."
-
     def fields(self, layers) -> tuple:
         return fields(layers.robot)
 

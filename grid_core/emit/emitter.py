@@ -210,8 +210,9 @@ class Emitter:
         return []
 
     def inner_doc(self, layers) -> str:
-        """Extra lines for the inner's comment (its variant, say; the sweep form is added after them,
-        named by :attr:`sweep_doc`)."""
+        """Extra lines for the inner's comment (its variant, say), after what the layer generator
+        writes of the in-place inputs that may be null (``f_ext``) and before the sweep form (named
+        by :attr:`sweep_doc`)."""
         return ""
 
     sweep_doc: str = "Sweep form"

@@ -73,6 +73,10 @@ GRAVITY = ParamSpec("gravity", "const Gravity<T>",
 PARAMS = {"gravity": GRAVITY}
 """The param ports the generator knows, by name."""
 
+NULLABLE_NOTES = {"f_ext": "this state's external forces"}
+"""What the inner's comment calls the framework's state inputs (:func:`~grid_core.algorithm.f_ext_port`)
+an algorithm reads in place and takes as nullptr where absent."""
+
 XI_REGION = "XI"
 
 # The host forms (the gridData wrappers here, the C ABI's host form) move a batch through mapped
@@ -544,7 +548,9 @@ class Layers:
                + "; the caller syncs.")
         if self.ctx.frames:  # the end-effector family's, fixed at generation time
             doc += f"\nFrames (chosen at generation time): {', '.join(f.name for f in self.ctx.frames)}."
-        extra = [self.emitter.inner_doc(self)]
+        extra = [f"{p}: {NULLABLE_NOTES[p]} or nullptr." for p in self.global_inputs
+                 if p in self.nullable and p in NULLABLE_NOTES]
+        extra.append(self.emitter.inner_doc(self))
         if hasattr(self.ctx.algorithm_options, "p1"):
             extra.append(f"{self.emitter.sweep_doc}: {sweeps.form_of(self.ctx)}.")
         extra = "  ".join(x for x in extra if x)
