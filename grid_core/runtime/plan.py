@@ -2,7 +2,7 @@
 
 A :class:`CallPlan` is built once per algorithm and launch configuration: the ports, the C
 entries (:data:`grid_core.abi.PACKED_TAIL`) and their prefilled argument words.  A call is
-checked by it once, whatever arrays carry it (DESIGN §7): the arguments are bound to the ports,
+checked by it once, whatever arrays carry it: the arguments are bound to the ports,
 the kind of the arrays picks an adapter (:mod:`.adapters`: numpy, PyTorch, CUDA arrays;
 :mod:`.jax_ffi`: JAX), and through that adapter's view of each array the plan checks where it
 lives (``device``), its dtype (real), its shape (one state, or a batch ``(N, ...)``) and batch
