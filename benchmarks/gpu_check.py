@@ -114,6 +114,13 @@ UPSTREAM_5090 = {
 UPSTREAM_5090["aba"] = UPSTREAM_5090["forward_dynamics"]
 HBM_BYTES_PER_S = 4.3e12  # ANCHORS §D memory floor
 BATCH_BYTES = float(os.environ.get("GRID_CHECK_BATCH_BYTES", 8e9))  # the largest batch timed, its float32 bytes
+
+
+def fits(robot_name: str, algorithm: str, n: int) -> bool:
+    """Whether a batch of ``n`` states' float32 inputs and outputs fits BATCH_BYTES (a Hessian of
+    g1's frames is 118 kB a state: at N = 1M more than the device and the pinned host buffers of
+    the io rows together)."""
+    return n * bytes_per_state(robot_name, algorithm) <= BATCH_BYTES
 # the issues' absolute targets: (robot, B, resident µs to stay under)
 RESIDENT_LIMITS = {"crba": [("g1", 1024, 60.0)], "forward_dynamics": [("g1", 1024, 200.0)]}
 
@@ -287,10 +294,15 @@ def _nvcc(cmd, output: Path, inputs, what: str) -> None:
 
 
 # timed by the generic bench (src/bench.cu); GRID_CHECK_ALGORITHMS=crba,... for a quick rerun of some
-def _emitted() -> str:
+def emitted_algorithms() -> list[str]:
+    """Every algorithm with a GPU emitter, sorted (one library holds them all)."""
     import grid_core
 
-    return ",".join(sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter()))
+    return sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
+
+
+def _emitted() -> str:
+    return ",".join(emitted_algorithms())
 
 
 ALGORITHMS = [a for a in (os.environ.get("GRID_CHECK_ALGORITHMS") or _emitted()).split(",") if a]
@@ -432,7 +444,7 @@ def phase_build(state: dict) -> None:
     # the RobotHandle libraries the gpu tests load (same content hash there): tests.generated, one
     # library per robot and rung holding every emitted algorithm (GRID_CHECK_TEST_LIBS=1 with the
     # quick variants: a short run's tests phase otherwise compiles them one after another)
-    emitted = sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
+    emitted = emitted_algorithms()
     tests = [lambda name=name, opts=opts: build_gpu_library(  # the robot loaded only if the job runs
         grid_core.load_robot(name), emitted, arch=ARCH, quiet=True, **opts)
         for name in ROBOTS for opts in ({}, {"target_shared_mem_bytes": 0})]
@@ -505,9 +517,7 @@ def phase_sanitize(state: dict) -> None:
 
 
 def _time(label: str, alg: str, repeats: int, sizes, stage_io: bool = False) -> list:
-    # the batches whose inputs and outputs fit BATCH_BYTES (a Hessian of g1's frames is 118 kB a
-    # state: at N = 1M more than the device and the pinned host buffers of the io rows together)
-    sizes = [n for n in sizes if n * bytes_per_state(label.split("-")[0], alg) <= BATCH_BYTES] or list(sizes)[:1]
+    sizes = [n for n in sizes if fits(label.split("-")[0], alg, n)] or list(sizes)[:1]
     path = BUILD / label / f"time_{alg}{'_staged' if stage_io else ''}.json"
     res = run([BUILD / label / f"bench_{alg}", "time", "--robot", label + ("-staged" if stage_io else ""),
                "--repeats", repeats, "--sizes", ",".join(map(str, sizes)), "--json", path,
@@ -582,7 +592,7 @@ def phase_flops(state: dict) -> None:
     out = {"n": FLOPS_N, "fp32_peak_flops": fp32_peak(), "per_state": {}}
     for label in ROBOTS:
         for alg in ALGORITHMS:
-            n = FLOPS_N if FLOPS_N * bytes_per_state(label, alg) <= BATCH_BYTES else 4096
+            n = FLOPS_N if fits(label, alg, FLOPS_N) else 4096
             res = run(["ncu", "--csv", "--metrics", ",".join(FLOP_METRICS), BUILD / label / f"bench_{alg}", "once",
                        "--sizes", n])
             if res.returncode:
@@ -911,7 +921,7 @@ def _measure_every_algorithm(state: dict) -> list:
         import torch
     except ImportError:  # pragma: no cover - the device image has it
         torch = None
-    emitted = sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
+    emitted = emitted_algorithms()
     timed = {(x["robot"], x["n"], x.get("algorithm", "inverse_dynamics")): x for x in state.get("time", [])
              if x["layout"] == "auto"}
     rows = []
