@@ -29,7 +29,7 @@ from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope
 from grid_core.emit.storage import Array, Field, regions
 from grid_core.model import Robot
-from grid_core.model.frames import resolve_frames
+from grid_core.model.frames import resolve_frames, supporting_bodies
 from grid_core.model.spatial import pose_of
 from grid_core.review import ParallelismReview, done
 
@@ -52,14 +52,10 @@ def frame_poses(robot: Robot, world_T_body, frames) -> np.ndarray:
 # placement, folded.  The frame Jacobians (end_effector_pose_gradient) run these steps by handle.
 
 
-def support(robot: Robot, frames) -> tuple[int, ...]:
-    """The bodies supporting a chosen frame, in body order (parents first)."""
-    return tuple(sorted({j for f in frames if f.body >= 0 for j in robot.topology.support[f.body]}))
-
-
 def fields(robot: Robot, frames) -> tuple[Field, ...]:
     """The world frame ``^bX_world`` (E row-major, then r: 12 scalars) of each supporting body."""
-    return (Field("body_frames", support(robot, frames), 12, "world frame of each body supporting a chosen frame"),)
+    return (Field("body_frames", supporting_bodies(robot, frames), 12,
+                  "world frame of each body supporting a chosen frame"),)
 
 
 def pose_field(frames) -> Field:
@@ -74,7 +70,7 @@ class PoseSteps:
 
     def __init__(self, robot: Robot, frames, arr: Array, xi):
         self.robot, self.frames, self.arr, self.xi = robot, tuple(frames), arr, xi
-        self.bodies = support(robot, frames)
+        self.bodies = supporting_bodies(robot, frames)
 
     def body_frame(self, b: int):
         """``(E, r)`` of supporting body ``b``, as stored (its constants folded)."""
@@ -87,17 +83,32 @@ class PoseSteps:
         E, r = ss.root_frame(self.robot, body, self.body_frame(p) if p >= 0 else None, self.xi, scope, world=True)
         self.arr.put(scope, body.index, ss.frame_entries(E, r))
 
-    def block_sweep(self, form: str) -> list:
-        """The block layout's sweep: the supporting bodies' frames, root to leaves (``form``: by
-        levels or by bodies)."""
-        return sweeps.forward(self.robot, self.body, form, bodies=self.bodies)
+    def _then(self, then):
+        """The sweep's step: :meth:`body`, then ``then(scope, body)`` (a composing algorithm's own
+        step on the body, which may read the frame just stored) where given."""
+        if then is None:
+            return self.body
 
-    def state_sweep(self, scope: Scope, q) -> None:
-        """The per-state layout's sweep: the supporting bodies' XI slots from ``q``, then their frames."""
+        def step(scope: Scope, body) -> None:
+            self.body(scope, body)
+            then(scope, body)
+
+        return step
+
+    def block_sweep(self, form: str, then=None) -> list:
+        """The block layout's sweep: the supporting bodies' frames, root to leaves (``form``: by
+        levels or by bodies); ``then(scope, body)`` after each body's frame, in the same sweep (no
+        barrier more: a composing algorithm's forward step, say)."""
+        return sweeps.forward(self.robot, self._then(then), form, bodies=self.bodies)
+
+    def state_sweep(self, scope: Scope, q, then=None) -> None:
+        """The per-state layout's sweep: the supporting bodies' XI slots from ``q``, then their frames
+        (each followed by ``then(scope, body)`` where given)."""
         for b in self.bodies:
             ss.xi_update(scope, self.robot, self.robot.bodies[b], q, self.xi)
+        step = self._then(then)
         for b in self.bodies:
-            self.body(scope, self.robot.bodies[b])
+            step(scope, self.robot.bodies[b])
 
     def frame(self, k: int):
         """``(E, r)`` of chosen frame ``k``: its body's world frame placed (constants folded)."""

@@ -89,12 +89,54 @@ class JacobianSteps:
         wxd = cross(w, [sub(p_f[i], r[i]) for i in range(3)])
         return w, [sum_terms([(u,), (x,)]) for u, x in zip(matTvec(E, s[3:]), wxd)]
 
-    def column(self, scope: Scope, k: int, c: int, p_f, J: Array) -> None:
-        """Column ``c`` of frame ``k``'s Jacobian: its terms summed, rows [linear; angular]."""
-        nv = self.robot.nv
+    def column_rows(self, scope: Scope, k: int, c: int, p_f) -> list:
+        """The six rows [linear; angular] of column ``c`` of frame ``k``'s Jacobian: its terms summed."""
         parts = [self.term(scope, j, s, p_f) for j, s in self.cols[k][c]]
-        for row in range(6):
-            scope.assign(J(k, row * nv + c), sum_terms([(x[1 - row // 3][row % 3],) for x in parts]))
+        return [sum_terms([(x[1 - row // 3][row % 3],) for x in parts]) for row in range(6)]
+
+    def column(self, scope: Scope, k: int, c: int, p_f, J: Array) -> None:
+        """Column ``c`` of frame ``k``'s Jacobian, stored in ``J`` (:func:`jacobian_field`)."""
+        nv = self.robot.nv
+        for row, x in enumerate(self.column_rows(scope, k, c, p_f)):
+            scope.assign(J(k, row * nv + c), x)
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """The ``(frame, column)`` pairs of the frames' supports, frame by frame in column order."""
+        return [(k, c) for k, by in enumerate(self.cols) for c in sorted(by)]
+
+    def block_columns(self, out: Array, column) -> list:
+        """The block layout's fan-out over an output of the Jacobians' shape (``out``: a ``6 x nv``
+        row-major matrix per frame, :func:`jacobian_field`'s form): every (frame, column) pair of the
+        frames' supports one thread (``column(scope, k, c)`` writes it), then the structural zeros,
+        each frame's runs of columns outside its support."""
+        nv = self.robot.nv
+        pairs = self.pairs()
+
+        def zeros(k):
+            return lambda scope, j: [scope.assign(out(k, plus(j, row * nv)), 0.0) for row in range(6)]
+
+        runs = [sweeps.span(a, b, zeros(k), comment=f"frame {k}: columns {a}..{b - 1} do not move it")
+                for k, by in enumerate(self.cols) for a, b in sweeps.ranges(nv, lambda c, by=by: c not in by)]
+        return [
+            n.Comment(f"the {len(pairs)} (frame, column) pairs of the frames' supports, one thread each (P2)"),
+            *sweeps.fan_out(pairs, column),
+            n.Comment("the structural zeros: the columns outside each frame's support"),
+            *sweeps.fan_out_runs(runs),
+        ]
+
+    def state_columns(self, scope: Scope, out: Array, column, at=None) -> None:
+        """The per-state layout's pass over an output of the Jacobians' shape: frame by frame, what
+        ``at(scope, k)`` gives once per frame (default: its origin, :meth:`origin`), then each column,
+        ``column(scope, k, c, that)`` in the support and zeros outside it."""
+        nv = self.robot.nv
+        for k, by in enumerate(self.cols):
+            here = (at or self.origin)(scope, k)
+            for c in range(nv):
+                if c in by:
+                    column(scope, k, c, here)
+                else:
+                    for row in range(6):
+                        scope.assign(out(k, row * nv + c), 0.0)
 
 
 class EndEffectorPoseGradientEmitter(Emitter):
@@ -118,40 +160,20 @@ class EndEffectorPoseGradientEmitter(Emitter):
         return steps, layers.arrays([jacobian_field(layers.robot, steps.pose.frames)], local)["J"]
 
     def inner_body(self, layers) -> list:
-        nv = layers.robot.nv
         steps, J = self._parts(layers, False)
-        pose = steps.pose
-        pairs = [(k, c) for k, by in enumerate(steps.cols) for c in sorted(by)]
-
-        def zeros(k):
-            return lambda scope, j: [scope.assign(J(k, plus(j, row * nv)), 0.0) for row in range(6)]
-
-        runs = [sweeps.span(a, b, zeros(k), comment=f"frame {k}: columns {a}..{b - 1} do not move it")
-                for k, by in enumerate(steps.cols) for a, b in sweeps.ranges(nv, lambda c, by=by: c not in by)]
         return [
             n.Comment("end_effector_pose's sweep (its step, by handle): the world frames of the bodies supporting a frame"),
-            *pose.block_sweep(sweeps.form_of(layers.ctx)),
-            n.Comment(f"the {len(pairs)} (frame, column) pairs of the frames' supports, one thread each (P2)"),
-            *sweeps.fan_out(pairs, lambda sc, k, c: steps.column(sc, k, c, steps.origin(sc, k), J)),
-            n.Comment("the structural zeros: the columns outside each frame's support"),
-            *sweeps.fan_out_runs(runs),
+            *steps.pose.block_sweep(sweeps.form_of(layers.ctx)),
+            *steps.block_columns(J, lambda sc, k, c: steps.column(sc, k, c, steps.origin(sc, k), J)),
         ]
 
     def state_body(self, layers) -> list:
-        robot, io = layers.robot, layers.vectors(local=True)
+        io = layers.vectors(local=True)
         steps, J = self._parts(layers, True)
-        pose = steps.pose
         scope = Scope("t")
-        pose.state_sweep(scope, io["q"])
-        for k, by in enumerate(steps.cols):
-            p_f = steps.origin(scope, k)
-            for c in range(robot.nv):
-                if c in by:
-                    steps.column(scope, k, c, p_f, J)
-                else:
-                    for row in range(6):
-                        scope.assign(J(k, row * robot.nv + c), 0.0)
-        return [layers.locals([pose.arr]), *scope.body()]
+        steps.pose.state_sweep(scope, io["q"])
+        steps.state_columns(scope, J, lambda sc, k, c, p_f: steps.column(sc, k, c, p_f, J))
+        return [layers.locals([steps.pose.arr]), *scope.body()]
 
 
 class EndEffectorPoseGradient(Algorithm):

@@ -19,6 +19,12 @@ def default_frames(robot: Robot) -> tuple[str, ...]:
     return tuple(f.name for f in robot.leaf_frames())
 
 
+def supporting_bodies(robot: Robot, frames) -> tuple[int, ...]:
+    """The bodies supporting any of ``frames`` (each frame's body and its ancestors; none for a
+    frame fixed in the world), in body order (parents first)."""
+    return tuple(sorted({j for f in frames if f.body >= 0 for j in robot.topology.support[f.body]}))
+
+
 def suggest_frames(robot: Robot, name: str) -> str:
     """What an unknown frame ``name``'s error suggests: the closest frame names (difflib), or when
     none is close a few names, the default frames first."""
