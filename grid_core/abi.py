@@ -70,16 +70,17 @@ class AbiFunction:
     stage_io: str  # cfg.stage_io of the host form, as Layers.stage_io_rule renders it
 
 
-def abi_functions(robot: Robot, algorithms, dtypes=None, frames=None) -> list[AbiFunction]:
+def abi_functions(robot: Robot, algorithms, dtypes=None, frames=None, algorithm_options=None) -> list[AbiFunction]:
     """The entries of every algorithm in each precision of ``dtypes`` (keys of :data:`DTYPES`;
-    ``None``: both), for the header generated with ``frames`` (its outputs' sizes)."""
+    ``None``: both), for the header generated with ``frames`` and ``algorithm_options`` (its
+    outputs' sizes: the option ports' values)."""
     from .composer import Composer, GenerateOptions
 
     dtypes = tuple(DTYPES) if dtypes is None else tuple(dtypes)
     if not set(dtypes) <= set(DTYPES):
         raise ValueError(f"dtypes must be among {tuple(DTYPES)}, not {dtypes!r}")
     out = []
-    composer = Composer(robot, GenerateOptions(frames=frames))
+    composer = Composer(robot, GenerateOptions(frames=frames, algorithm_options=algorithm_options or ()))
     for alg in resolve_algorithms(algorithms):
         ins = alg.inputs(robot)
         layers = composer.layers(alg.name)
@@ -105,8 +106,10 @@ def support_text() -> str:
     return importlib.resources.files("grid_core.runtime").joinpath("abi_support.h").read_text()
 
 
-def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "grid", dtypes=None, frames=None) -> str:
-    """C++ source of the ABI translation unit (``#include``s the header, generated with ``frames``);
+def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "grid", dtypes=None, frames=None,
+               algorithm_options=None) -> str:
+    """C++ source of the ABI translation unit (``#include``s the header, generated with ``frames``
+    and ``algorithm_options``);
     its entries in each precision of ``dtypes`` (``None``: both; only these instantiate the
     header's templates)."""
     ns = namespace
@@ -181,7 +184,7 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "}",
         "",
     ]
-    for fn in abi_functions(robot, algorithms, dtypes, frames):
+    for fn in abi_functions(robot, algorithms, dtypes, frames, algorithm_options):
         lines += _function_source(fn, ns, robot)
     lines += ['}  // extern "C"', ""]
     return "\n".join(lines)

@@ -109,24 +109,34 @@ def frame_inputs(robot: Robot, *, velocity: bool = False) -> tuple[Port, ...]:
 def generation_values(alg, robot: Robot, options) -> dict:
     """``{port: value}`` of ``alg``'s ``"option"`` ports as its generated code fixes them: taken
     from the header's :class:`~grid_core.composer.GenerateOptions` ``options`` when the code is
-    generated (``frames``: resolved to :class:`~grid_core.model.Frame` objects, an unknown name
-    the :class:`InputError` of :func:`~grid_core.model.frames.resolve_frames`), not kernel
-    arguments.  What ``alg.outputs(robot, **values)`` sizes the generated outputs by."""
-    from .errors import CodegenError, InputError
+    generated, not kernel arguments.  ``frames`` (shared by the end-effector family) from
+    ``options.frames``, resolved to :class:`~grid_core.model.Frame` objects (an unknown name the
+    :class:`InputError` of :func:`~grid_core.model.frames.resolve_frames`); any other option port
+    from the algorithm option of its name (``algorithm_options={alg: {port: value}}``), else the
+    port's default (``alg.outputs`` validates it: a bad value is its InputError).  What
+    ``alg.outputs(robot, **values)`` sizes the generated outputs by."""
+    from .errors import InputError
     from .model.frames import resolve_frames
 
     values = {}
+    given = options.options_of(alg.name) if options is not None else {}
     for p in alg.inputs(robot):
         if p.kind != "option":
             continue
         if p.name != "frames":
-            raise CodegenError(f"{alg.name}: option port '{p.name}' cannot be fixed at generation time "
-                               "(the generator knows 'frames')")
+            values[p.name] = given.get(p.name, p.default)
+            continue
         frames = resolve_frames(robot, getattr(options, "frames", None), alg.name)
         if not frames:
             raise InputError(f"{alg.name}: argument 'frames': choose at least one frame")
         values["frames"] = frames
     return values
+
+
+def option_ports(alg, robot: Robot) -> tuple[str, ...]:
+    """The names of ``alg``'s ``"option"`` ports: fixed at generation time (:func:`generation_values`),
+    so an algorithm option of one of these names is a value of the port, not an emitter knob."""
+    return tuple(p.name for p in alg.inputs(robot) if p.kind == "option")
 
 
 BACKENDS = ("Reference", "Emulated", "CpuHandle", "RobotHandle")

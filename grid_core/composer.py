@@ -19,7 +19,7 @@ from .emit.emitter import EmitContext, GridDataField
 from .emit.layers import Layers
 from .emit.expr import Scope
 from .emit.printer import render
-from .algorithm import generation_values
+from .algorithm import generation_values, option_ports
 from .errors import CodegenError, UnsupportedFeatureError
 from .hooks import registry as default_registry
 from .loader import load_robot
@@ -59,7 +59,8 @@ class GenerateOptions:
     """Use the measured per-robot tuning (crossovers, sweep-form winners) baked into plugins."""
     algorithm_options: tuple = attrs.field(default=(), converter=_freeze_options)
     """Per-algorithm knobs, ``{name: {option: value}}``: each emitter's ``Options`` (e.g.
-    ``{"inverse_dynamics": {"p1": "bodies"}}``)."""
+    ``{"inverse_dynamics": {"p1": "bodies"}}``), and the values of its option ports other than
+    ``frames``, fixed at generation time (``{"operational_space_inertia": {"rows": "linear"}}``)."""
     frames: tuple[str, ...] | None = attrs.field(default=None, converter=_freeze_frames)
     """The frames of the end-effector family (the algorithms with a ``frames`` option port), fixed
     at generation time: their outputs are sized for them and their tables baked (None: the
@@ -483,7 +484,8 @@ class Composer:
         self._stack.append(name)
         try:
             alg, em = self.emitter(name)
-            options = em.make_options(self.opts.options_of(name))
+            ports = option_ports(alg, self.robot)  # values of the option ports, not emitter knobs
+            options = em.make_options({k: v for k, v in self.opts.options_of(name).items() if k not in ports})
             tuning = tuning_for(alg, self.robot) if self.opts.tuning else {}
             options = em.resolve_options(options, tuning)
             composed = Layers.composed_names(em, options, tuning)

@@ -127,6 +127,12 @@ class Emitter:
     """State inputs whose null pointer the kernels accept (zero, or absent); None: the optional ports."""
     needs_ximats: bool = True
     """Whether the inner reads the transform data (s_XI), loaded once by whoever calls it."""
+    refusals_as_nan: bool = False
+    """Whether the generated code marks a state it refuses (where the reference raises an
+    :class:`~grid_core.errors.InputError`: an input it has no answer for) by NaN in that state's
+    outputs; the backends' numpy calls then raise the reference's own error for the first such
+    state (:meth:`~grid_core.runtime.backend.AbiBackend._refused`).  NaN inputs never get this far:
+    they are refused while staged."""
     composes: tuple[str, ...] = ()
     """Algorithms whose inners this one calls (through :meth:`Layers.compose`); each must be in
     the algorithm's ``depends_on``."""

@@ -10,11 +10,12 @@ and signatures as :class:`~grid_core.Reference` (DESIGN §3).
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 
 import numpy as np
 
-from ..errors import GridError
+from ..errors import GridError, InputError
 from .adapters import DECLINED
 from .plan import CallPlan, lean_path_for
 from .settings import LAYOUTS, SETTINGS, LaunchSettings
@@ -96,8 +97,17 @@ class AbiBackend(LaunchSettings):
             plan = plans[alg.name] = CallPlan(self, alg)
         return plan
 
+    def _launched_as(self, other: "AbiBackend") -> "AbiBackend":
+        """This build under ``other``'s launch configuration (its settings, per algorithm too)."""
+        view = self.with_launch(**{k: getattr(other, k) for k in SETTINGS})
+        if "_per_algorithm" in other.__dict__:
+            view.__dict__["_per_algorithm"] = {a: dict(v) for a, v in other._per_algorithm.items()}
+        return view
+
     def set_poison(self, on: bool = True) -> None:
-        """Fill outputs with NaN before every host-memory launch (tests: unwritten elements fail)."""
+        """Fill outputs with NaN before every host-memory launch (tests: unwritten elements fail); the
+        libraries built later for other option values (:meth:`_generated_for`) too."""
+        self.__dict__["_poison"] = bool(on)
         self._lib().grid_abi_set_poison(1 if on else 0)
 
     def _check(self, err: int, what: str) -> None:
@@ -114,43 +124,107 @@ class AbiBackend(LaunchSettings):
         """The frames the library was generated for (None: the default choice)."""
         return self.generate_options.get("frames")
 
-    def _ports(self, alg):
+    def _values(self, alg) -> dict:
+        """The values of ``alg``'s option ports in this library (fixed when it was generated:
+        :func:`~grid_core.algorithm.generation_values`)."""
         from ..algorithm import generation_values
+        from ..composer import GenerateOptions
 
-        cache = self.__dict__.setdefault("_port_cache", {})
-        if alg.name not in cache:  # outputs sized for the frames the code was generated for
-            cache[alg.name] = (tuple(alg.inputs(self.robot)),
-                               tuple(alg.outputs(self.robot, **generation_values(alg, self.robot, self))))
+        cache = self.__dict__.setdefault("_value_cache", {})
+        if alg.name not in cache:
+            cache[alg.name] = generation_values(alg, self.robot, GenerateOptions(**self.generate_options))
         return cache[alg.name]
 
-    def _generated_for(self, alg, position: int, args, kwargs):
-        """A call's ``frames`` (the port at ``position``) taken out of its arguments, and the backend
-        whose code was generated for them: this one where they are its frames (or not given), else
-        the same backend built for them (once per set of frames, kept on this one)."""
-        from ..algorithm import generation_values
+    def _ports(self, alg):
+        cache = self.__dict__.setdefault("_port_cache", {})
+        if alg.name not in cache:  # outputs sized for the option values the code was generated for
+            cache[alg.name] = (tuple(alg.inputs(self.robot)), tuple(alg.outputs(self.robot, **self._values(alg))))
+        return cache[alg.name]
+
+    def _generated_for(self, alg, args, kwargs):
+        """A call's option-port arguments (``frames``, ...) taken out of its arguments, and the
+        backend whose code was generated for their values: this one where they are its values (or
+        not given), else the same backend built for them (once per set of values, kept on this
+        one): other ``frames`` as :attr:`frames`, another value of a port ``X`` as the algorithm
+        option ``X`` (:func:`~grid_core.algorithm.generation_values`)."""
         from ..model.frames import resolve_frames
 
-        if len(args) > position:
-            frames, args = args[position], args[:position] + args[position + 1:]
-        else:
-            frames = kwargs.pop("frames", None)
-        if frames is None:
+        options = {p.name: i for i, p in enumerate(alg.inputs(self.robot)) if p.kind == "option"}
+        given = {name: args[i] for name, i in options.items() if i < len(args)}
+        args = tuple(a for i, a in enumerate(args) if i not in options.values())  # the others stay
+        for name in options:
+            if name in kwargs:
+                given[name] = kwargs.pop(name)
+        built = self._values(alg)
+        wanted = {}
+        for name, value in given.items():
+            if value is None:
+                continue
+            if name == "frames":
+                chosen = resolve_frames(self.robot, value, alg.name)
+                if chosen != built["frames"]:
+                    wanted["frames"] = tuple(f.name for f in chosen)
+            elif value != built[name]:
+                wanted[name] = value
+        if not wanted:
             return args, kwargs, self
-        chosen = resolve_frames(self.robot, frames, alg.name)
-        if chosen == generation_values(alg, self.robot, self)["frames"]:
-            return args, kwargs, self
-        key = tuple(f.name for f in chosen)
-        builds = self.__dict__.setdefault("_frame_builds", {})
-        if key not in builds:
-            other = self._copy("_port_cache", "_frame_builds", "_jax_functions")
-            other.generate_options = {**self.generate_options, "frames": key}
-            other._build()
-            builds[key] = other
-        return args, kwargs, builds[key]
+        key = tuple(sorted(wanted.items()))
+        views = self.__dict__.setdefault("_option_views", {})
+        if key not in views:
+            builds = self.__dict__.setdefault("_option_builds", {})  # shared by this build's launch copies
+            if key not in builds:
+                builds[key] = self._built_for(alg, wanted)
+            views[key] = builds[key]._launched_as(self)  # under this one's launch configuration
+        return args, kwargs, views[key]
+
+    def _built_for(self, alg, wanted: dict) -> "AbiBackend":
+        """This backend's library generated with other option values of ``alg`` (``wanted``:
+        ``frames`` names, or the value of another option port)."""
+        other = self._copy("_port_cache", "_value_cache", "_option_builds", "_jax_functions")
+        opts, wanted = dict(self.generate_options), dict(wanted)
+        if "frames" in wanted:
+            opts["frames"] = wanted.pop("frames")
+        if wanted:
+            from ..composer import GenerateOptions
+
+            per = {a: dict(v) for a, v in GenerateOptions(**opts).algorithm_options}
+            per[alg.name] = {**per.get(alg.name, {}), **wanted}
+            opts["algorithm_options"] = per
+        other.generate_options = opts
+        other._build()
+        if self.__dict__.get("_poison"):
+            other.set_poison(True)
+        return other
 
     def _call(self, alg, args, kwargs, out=None):
         """The checked path: any accepted arguments, judged once by the plan, then run."""
         return self._plan(alg).call(self, args, kwargs, out)
+
+    def _refused(self, alg, args, kwargs, result):
+        """``result``, unless the generated code marked a state it refuses (an emitter's
+        ``refusals_as_nan``: NaN in that state's outputs, where the reference raises an
+        InputError): then the reference's own error for the first such state, so every backend
+        names the cause as the Reference does.  numpy results only: CUDA arrays are not scanned
+        (as their inputs are not)."""
+        from ..reference import Reference, bind_inputs
+
+        outs = result if isinstance(result, tuple) else (result,)
+        if not all(type(o) is np.ndarray for o in outs):
+            return result
+        ins, ports = self._ports(alg)
+        marked = [np.flatnonzero(np.isnan(o.reshape(-1, math.prod(p.shape))).any(axis=1))
+                  for o, p in zip(outs, ports)]
+        if not any(m.size for m in marked):
+            return result
+        s = int(min(m[0] for m in marked if m.size))
+        bound, batch = bind_inputs(alg, self.robot, args, kwargs)
+        one = {p.name: bound[p.name][s] if batch is not None and p.batched and bound[p.name] is not None
+               else bound[p.name] for p in ins}
+        one.update(self._values(alg))  # the option ports as generated
+        getattr(Reference(self.robot), alg.name)(**one)  # raises the InputError naming the cause
+        raise InputError(f"{alg.name} on robot '{self.robot.name}': the generated code ({self.dtype.name}) gives no "
+                         f"result for state {s} (NaN) where the float64 reference gives one: the input is too "
+                         f"ill-conditioned for {self.dtype.name}")
 
     def close(self) -> None:
         """Kept for symmetry: the library owns its buffers for the life of the process."""
@@ -180,14 +254,20 @@ class AbiBackend(LaunchSettings):
             method.__name__ = name
             return method
 
-        # the frames are fixed when the code is generated: a call with others runs a build for them
-        frames_at = next((i for i, p in enumerate(alg.inputs(self.robot)) if p.kind == "option"), None)
+        # the option ports (frames, ...) are fixed when the code is generated: a call with other
+        # values runs a build for them
+        has_options = any(p.kind == "option" for p in alg.inputs(self.robot))
+        refusals = getattr(alg.emitter, "refusals_as_nan", False)
 
         def method(*args, out=None, **kwargs):
-            if frames_at is not None:
-                args, kwargs, target = self._generated_for(alg, frames_at, args, kwargs)
+            if has_options:
+                args, kwargs, target = self._generated_for(alg, args, kwargs)
                 if target is not self:
                     return getattr(target, name)(*args, out=out, **kwargs)
+            result = run(args, out, dict(kwargs))
+            return self._refused(alg, args, kwargs, result) if refusals else result
+
+        def run(args, out, kwargs):
             if args and not kwargs:
                 plan = self._plan(alg)
                 if plan.ok:
@@ -250,8 +330,9 @@ class Emulated(AbiBackend):
 
         header = generate(self.robot, self.algorithms, **self.generate_options)
         ns = self.generate_options.get("namespace", "grid")
-        return {"grid.cuh": header, "abi.cpp": abi_source(self.robot, self.algorithms, "grid.cuh", ns,
-                                                          frames=self.generate_options.get("frames"))}
+        return {"grid.cuh": header, "abi.cpp": abi_source(
+            self.robot, self.algorithms, "grid.cuh", ns, frames=self.generate_options.get("frames"),
+            algorithm_options=self.generate_options.get("algorithm_options"))}
 
     def library_path(self, quiet: bool = True):
         """The compiled library (built on first use; ``quiet=False`` reports the build as the GPU

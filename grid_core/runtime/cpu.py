@@ -49,7 +49,7 @@ def compiler_identity(compiler: str) -> dict:
             "march": target[0] if target else platform.processor() or platform.machine()}
 
 
-def cpu_entries(robot, algorithms, dtypes=None, frames=None) -> str:
+def cpu_entries(robot, algorithms, dtypes=None, frames=None, algorithm_options=None) -> str:
     """The numpy entries of the CPU build: per algorithm and precision, the host form's
     signature with ``workers`` in place of ``transfer``; NaN and inf in a state input
     return ``GRID_ABI_NONFINITE_INPUT - k`` and a free-flyer quaternion of q not of unit norm
@@ -57,7 +57,7 @@ def cpu_entries(robot, algorithms, dtypes=None, frames=None) -> str:
     from ..abi import DTYPES, PACKED_TAIL, abi_functions, quaternion_check
 
     lines = ['extern "C" {']
-    for fn in abi_functions(robot, algorithms, dtypes, frames):
+    for fn in abi_functions(robot, algorithms, dtypes, frames, algorithm_options):
         T = DTYPES[fn.dtype]
         ports = [*fn.outputs, *fn.inputs, *fn.params]
         args = [f"{T} *{p.name}" for p in fn.outputs] + [f"const {T} *{p.name}" for p in (*fn.inputs, *fn.params)]
@@ -104,8 +104,9 @@ def cpu_sources(robot, algorithms=None, dtypes=None, **generate_options) -> dict
 
     header = generate(robot, algorithms, **generate_options)
     ns, frames = generate_options.get("namespace", "grid"), generate_options.get("frames")
-    return {"grid.cuh": header, "abi.cpp": abi_source(robot, algorithms, "grid.cuh", ns, dtypes, frames) + "\n" +
-            cpu_entries(robot, algorithms, dtypes, frames)}
+    opts = generate_options.get("algorithm_options")
+    return {"grid.cuh": header, "abi.cpp": abi_source(robot, algorithms, "grid.cuh", ns, dtypes, frames, opts) + "\n" +
+            cpu_entries(robot, algorithms, dtypes, frames, opts)}
 
 
 def build_cpu_library(robot, algorithms=None, *, dtypes=None, quiet: bool = False, **generate_options):

@@ -36,7 +36,8 @@ def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet:
     header = generate(robot, algorithms, **generate_options)
     ns = generate_options.get("namespace", "grid")
     sources = {"grid.cuh": header,
-               "abi.cu": abi_source(robot, algorithms, "grid.cuh", ns, frames=generate_options.get("frames"))}
+               "abi.cu": abi_source(robot, algorithms, "grid.cuh", ns, frames=generate_options.get("frames"),
+                                    algorithm_options=generate_options.get("algorithm_options"))}
     names = ",".join(a.name for a in resolve_algorithms(algorithms))
     label = f"gpu-{robot.name.replace('/', '_')}"
     cmd = nvcc_command(nvcc, arch)

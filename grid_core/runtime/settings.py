@@ -34,6 +34,7 @@ class LaunchSettings:
             self.__dict__.pop(name, None)
         self.__dict__.pop("_launch_cache", None)
         self.__dict__.pop("_plans", None)
+        self.__dict__.pop("_option_views", None)  # the builds for other option values under these settings
 
     def _copy(self, *derived: str):
         """The same build, without what was derived from its settings (and ``derived``)."""

@@ -50,5 +50,10 @@ def test_chosen_frames_and_a_call_with_others(layout, rng):
     other = ["panda_link4", "panda_leftfinger"]  # built once, then kept
     assert_close(b.end_effector_pose(q, other), ref.end_effector_pose(q, other), 1e-9, f"{layout} {other}")
     alg = grid_core.algorithms()["end_effector_pose"]
-    built = b._generated_for(alg, 1, (q, other), {})[2]
-    assert built is not b and built is b._generated_for(alg, 1, (q, tuple(other)), {})[2]
+    built = b._generated_for(alg, (q, other), {})[2]
+    assert built is not b and built is b._generated_for(alg, (q, tuple(other)), {})[2]
+    # the build is shared by the launch copies, each calling it under its own launch configuration
+    twin = b.with_launch(layout="block" if layout == "per_state" else "per_state", tier=2)
+    view = twin._generated_for(alg, (q, other), {})[2]
+    assert (view.layout, view.tier) == (twin.layout, 2) and view.generate_options == built.generate_options
+    assert_close(twin.end_effector_pose(q, other), ref.end_effector_pose(q, other), 1e-9, f"{twin.layout} {other}")
