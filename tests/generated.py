@@ -140,7 +140,12 @@ def launches(kind: str, name: str, spill: bool, dtype, algorithm: str) -> list:
         from grid_core import Reference
 
         return [("reference", getattr(Reference(load(name)), algorithm))]
-    b = backend(kind, name, spill, dtype)
+    return launches_of(backend(kind, name, spill, dtype), algorithm)
+
+
+def launches_of(b, algorithm: str) -> list:
+    """``(label, method)`` of ``algorithm`` on the generated code of backend ``b`` on every layout and
+    tier: the block layout at tiers 0, 1 and 2, the per-state layout."""
     runs = [("block", t) for t in (0, 1, 2)] + [("per_state", 0)]
     return [(f"{layout} tier {tier}", getattr(b.with_launch(layout=layout, tier=tier), algorithm))
             for layout, tier in runs]

@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 from conftest import load
-from grid_core import Reference, buildcache
+from grid_core import Reference, algorithms, buildcache
 from grid_core.composer import Composer, GenerateOptions, generate
+from grid_core.errors import InputError
 from grid_core.runtime.backend import emulation_command
 from grid_core.testing import assert_close, random_state
+from tests.algorithms.test_operational_space_inertia import judge as judge_inertia
 from tests.generated import emitted
 
 ROBOTS = ["iiwa14", "go2"]  # a fixed arm and a floating base (a quaternion in q)
@@ -80,7 +82,8 @@ def test_every_host_wrapper_equals_the_reference_mapped_and_copied(host_layer, r
     robot, lib, info = host_layer
     assert {"inverse_dynamics", "crba", "minv", "aba", "forward_dynamics", "inverse_dynamics_gradient",
             "forward_dynamics_gradient", "forward_kinematics", "end_effector_pose",
-            "end_effector_pose_gradient", "end_effector_pose_hessian"} <= set(info)
+            "end_effector_pose_gradient", "end_effector_pose_hessian", "frame_jacobian_time_variation",
+            "operational_space_inertia"} <= set(info)
     ref = Reference(robot)
     for alg, (names, shapes, copied) in info.items():
         for n in (3, copied):
@@ -92,14 +95,24 @@ def test_every_host_wrapper_equals_the_reference_mapped_and_copied(host_layer, r
             fn = getattr(lib, f"host_{alg}")
             fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
             fn(n, q_qd.ctypes.data, np.ascontiguousarray(u).ctypes.data, flat.ctypes.data)
-            # every state written; the Reference on the first and last few (a copied batch is thousands)
-            assert np.all(np.isfinite(flat)), f"{robot.name} {alg} n={n}: states left unwritten"
             bounds = np.cumsum([0, *(n * math.prod(s) for s in shapes)])
             outs = [flat[a:b].reshape(n, *s) for a, b, s in zip(bounds[:-1], bounds[1:], shapes)]
-            pick = np.r_[0:min(n, 8), max(n - 8, 0):n]
             inputs = {"q": q, "qd": qd, **({third: u} if third else {})}
+            # every state written, but those the algorithm refuses (NaN: refusals_as_nan) where the reference
+            # refuses them too (an operational-space inertia at a singular pose); the Reference on the first and
+            # last few (a copied batch is thousands)
+            marked = np.flatnonzero(~np.all([np.isfinite(o.reshape(n, -1)).all(axis=1) for o in outs], axis=0))
+            assert not marked.size or algorithms()[alg].emitter.refusals_as_nan, \
+                f"{robot.name} {alg} n={n}: states left unwritten"
+            for s in marked:
+                with pytest.raises(InputError):
+                    getattr(ref, alg)(*[inputs[x][s] for x in names])
+            pick = np.setdiff1d(np.r_[0:min(n, 8), max(n - 8, 0):n], marked)
             args = [inputs[x][pick] for x in names]
             what = f"{robot.name} {alg} host layer, {n} states ({'copy engine' if n >= copied else 'mapped'})"
             expected = getattr(ref, alg)(*args)
             for out, exp in zip(outs, expected if len(outs) > 1 else (expected,)):
+                if alg == "operational_space_inertia":  # an inverse (cond up to 1e7): its own tests' judge
+                    judge_inertia(robot, inputs["q"][pick], out[pick], exp, np.float64, what)
+                    continue
                 assert_close(out[pick], exp, 1e-9, what)
