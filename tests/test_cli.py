@@ -95,7 +95,8 @@ def test_list_shows_the_kinematics_generated():
     assert result.exit_code == 0, result.output
     algorithms = result.stdout.split("robot loaders:\n")[0].splitlines()
     table = result.stdout.split("RobotHandle: on the GPU):\n")[1]
-    for name in ("forward_kinematics", "end_effector_pose", "end_effector_pose_gradient", "end_effector_pose_hessian"):
+    for name in ("forward_kinematics", "end_effector_pose", "end_effector_pose_gradient", "end_effector_pose_hessian",
+                 "frame_jacobian_time_variation", "operational_space_inertia"):
         line = next(x for x in algorithms if x.split()[:1] == [name])
         assert "[reference only]" not in line, line
         assert re.search(rf"^  {name} +yes +yes +yes +yes$", table, re.M), name
