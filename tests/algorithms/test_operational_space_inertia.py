@@ -8,7 +8,8 @@ forced, float64 and float32:
   atlas' head, pr2's cameras, tiago's wheels) every launch raises the reference's InputError, word
   for word;
 * the leaf frames the reference accepts, on the robots whose default holds refused ones;
-* the linear rows, chosen at run time (``rows="linear"``: the library generated for them);
+* the linear rows, chosen at generation time (the algorithm option ``rows``) and at run time
+  (``rows="linear"`` of a call: the library generated for them);
 * a singular pose (a straight arm) refused at run time, in a batch of regular states; and the run-time
   rule against the reference's threshold, a factor 2 either side of it, near the elbow's singularity.
 
@@ -129,11 +130,13 @@ def test_the_leaf_frames_with_an_inverse(kind, name, spill, rng):
 
 
 @pytest.mark.parametrize(("kind", "name", "spill"), robot_cases(robots=LINEAR))
-def test_the_linear_rows_chosen_at_run_time(kind, name, spill, rng):
+def test_the_linear_rows(kind, name, spill, rng):
+    """Chosen at generation time (the algorithm option); at run time in the singular pose's test."""
     robot = load(name)
     q = random_state(robot, rng, N)[0]
-    runs = [x for dtype in DTYPES for x in every(handle(kind, robot, dtype, spill), dtype)]
-    accepted = check(robot, q, runs, rows="linear", call={"rows": "linear"})
+    built = {"algorithm_options": {ALG: {"rows": "linear"}}}
+    runs = [x for dtype in DTYPES for x in every(handle(kind, robot, dtype, spill, **built), dtype)]
+    accepted = check(robot, q, runs, rows="linear")
     assert accepted == (name != "erd:double_pendulum_continuous"), name
 
 
@@ -141,7 +144,7 @@ def test_the_linear_rows_chosen_at_run_time(kind, name, spill, rng):
 def test_a_singular_pose_is_refused_at_run_time(kind, rng):
     """iiwa14 straight up (q = 0): its tool frame moves in one direction (rank 1 of 3 linear rows,
     3 of 6), a configuration's singularity, not the frame's: the generated code's own test refuses it,
-    in a batch of regular states, on every launch."""
+    in a batch of regular states, on every launch, over either rows chosen at run time (rows=)."""
     robot = load("iiwa14")
     q = random_state(robot, rng, 3)[0]
     q[1] = 0.0
