@@ -103,7 +103,7 @@ BACKWARD_THRESH = 30.0
 """LAPACK's threshold for its test ratios (as tests/algorithms/test_ill_conditioned_reference.py)."""
 
 
-def assert_solves(x, expected, M, b, dtype, what: str, parts=()) -> None:
+def assert_solves(x, expected, M, b, dtype, what: str, parts=(), M_error=None) -> None:
     """``x`` solves ``M x = b`` (states stacked: ``x``, ``b`` (N, n), or (N, n, k) for k right-hand
     sides at once, ``M`` (N, n, n), float64; the norms below are then matrix 1-norms).
 
@@ -111,8 +111,10 @@ def assert_solves(x, expected, M, b, dtype, what: str, parts=()) -> None:
     ``cond(M) eps(dtype) <= TOL[dtype]`` the forward error against ``expected`` is held to
     TOL[dtype]; where the condition number allows no such forward error in this precision
     (float32 on a humanoid: cond 1e5) the backward error, LAPACK's ratio
-    ``||b - M x|| / (n eps (||M|| ||x|| + ||b|| + sum ||part||))`` (``parts``: the terms ``b``
-    was computed from, rounded like it), below 30."""
+    ``||b - M x|| / (n eps ((||M|| + ||M_error||) ||x|| + ||b|| + sum ||part||))`` (``parts``: the
+    terms ``b`` was computed from, rounded like it; ``M_error`` (N, n, n): where ``M`` is itself
+    computed, the bound on its computation error in units of eps, which the code under test
+    computes too), below 30."""
     from grid_core.testing import rel_error
 
     eps, tol = float(np.finfo(dtype).eps), TOL[dtype]
@@ -124,7 +126,8 @@ def assert_solves(x, expected, M, b, dtype, what: str, parts=()) -> None:
             err = rel_error(x[k], expected[k])
             assert err <= tol, f"{what} state {k}: relative error {err:.3e} exceeds {tol:.1e} (cond(M) {cond:.1e})"
             continue
-        scale = (np.linalg.norm(M[k], 1) * np.linalg.norm(x[k], 1) + np.linalg.norm(b[k], 1)
+        M_norm = np.linalg.norm(M[k], 1) + (0.0 if M_error is None else np.linalg.norm(M_error[k], 1))
+        scale = (M_norm * np.linalg.norm(x[k], 1) + np.linalg.norm(b[k], 1)
                  + sum(np.linalg.norm(np.asarray(p[k], dtype=np.float64), 1) for p in parts))
         residual = np.linalg.norm(b[k] - M[k] @ x[k], 1)
         ratio = residual / (n * eps * scale) if scale > 0 else (0.0 if residual == 0 else np.inf)  # b = 0: x = 0
