@@ -15,6 +15,7 @@ import attrs
 from grid_core.emit import dense
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.expr import Scope, dot
+from grid_core.emit.storage import Field
 from grid_core.model import Body
 
 
@@ -45,3 +46,24 @@ def articulate(scope: Scope, body: Body, IA: list) -> Articulated:
     U = [scope.let_all(ss.sym6_times(IA, s), "U") for s in S]
     D = [[dot(S[r], U[c]) for c in range(len(S))] for r in range(len(S))]
     return Articulated(S, IA, U, dense.spd_inverse(scope, D))
+
+
+def fields(bodies, width) -> list[Field]:
+    """The stored articulations of ``bodies`` (those with children: a leaf's is a robot constant),
+    ``width[b]`` the joint's columns: ``U`` (``6 w`` scalars, column by column) and ``Dinv`` (its
+    upper triangle, row by row)."""
+    return [Field("U", bodies, lambda b: 6 * width[b]), Field("Dinv", bodies, lambda b: width[b] * (width[b] + 1) // 2)]
+
+
+def store(scope: Scope, arrays: dict, b: int, art: Articulated) -> None:
+    """Store body ``b``'s ``U`` and ``Dinv`` in the :func:`fields` (a constant recorded, not stored:
+    a leaf's whole articulation)."""
+    w = len(art.S)
+    arrays["U"].put(scope, b, [x for col in art.U for x in col])
+    arrays["Dinv"].put(scope, b, [art.Dinv[r][c] for r in range(w) for c in range(r, w)])
+
+
+def stored(arrays: dict, b: int, w: int) -> tuple[list, list]:
+    """``U`` (``w`` columns) and ``Dinv`` (``w x w``) of body ``b`` as :func:`store` left them."""
+    U = arrays["U"].get(b)
+    return [U[6 * c:6 * c + 6] for c in range(w)], ss.sym6_full(arrays["Dinv"].get(b), w)

@@ -32,7 +32,7 @@ from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, joint_transform, motion_subspace
 from grid_core.review import ParallelismReview, done
 
-from ._articulated import articulate
+from . import _articulated as articulated
 from ._mimic import Schur, relaxation
 
 
@@ -108,7 +108,7 @@ class Columns:
             raise CodegenError(f"minv: robot '{robot.name}': its own coordinates are not in relaxed order")
         self.tree_end = [rel.end[topo.support[b][0]] for b in range(robot.num_bodies)]
         self.leaf = [not c for c in topo.children]
-        self.leaf_art = {b.index: articulate(Scope("c"), b, ss.sym6_of(b.inertia)) for b in robot.bodies
+        self.leaf_art = {b.index: articulated.articulate(Scope("c"), b, ss.sym6_of(b.inertia)) for b in robot.bodies
                          if self.leaf[b.index]}
         """A leaf's articulation: robot constants."""
         parents = [b for b in range(robot.num_bodies) if topo.children[b]]
@@ -123,7 +123,7 @@ class Columns:
                   "accelerations of the forward pass: bodies with children, the columns their children read"),
             Field("IA", [b.index for b in robot.bodies if b.parent >= 0], 21, "articulated inertia each non-root "
                   "body passes to its parent, X^T (IA - U Dinv U^T) X (21 scalars)"),
-            Field("U", parents, lambda b: 6 * w[b]), Field("Dinv", parents, lambda b: w[b] * w[b]),
+            *articulated.fields(parents, w),
             *([vector("Mr", self.n * self.n, "inverse inertia of the relaxed tree (mimic joints free)", self.n),
                Field("KL", [*range(m), "inv"], lambda key: m if key == "inv" else key + 1),  # L's rows, 1/L_kk
                Field("Z", range(m), robot.nv)] if self.mimic else []),
@@ -191,6 +191,8 @@ class _Block:
         self.cols = Columns(robot)
         self.arr, self.io = arrays or {}, io or {}
         self.steps = MinvSteps(robot, self.io.get("xi"))
+        for b, art in self.cols.leaf_art.items() if arrays else ():  # constants: recorded, folded where read
+            articulated.store(Scope("c"), self.arr, b, art)
 
     # -- the arrays ------------------------------------------------------------------
 
@@ -207,12 +209,7 @@ class _Block:
 
     def ud(self, b: int) -> tuple[list, list]:
         """``U`` and ``Dinv`` of body ``b``: stored, or a leaf's constants."""
-        if self.cols.leaf[b]:
-            return self.cols.leaf_art[b].U, self.cols.leaf_art[b].Dinv
-        w = self.cols.rel.width[b]
-        U = [[self.arr["U"](b, 6 * c + k) for k in range(6)] for c in range(w)]
-        D = [[self.arr["Dinv"](b, w * r + c) for c in range(w)] for r in range(w)]
-        return U, D
+        return articulated.stored(self.arr, b, self.cols.rel.width[b])
 
     # -- the runs --------------------------------------------------------------------
 
@@ -231,13 +228,8 @@ class _Block:
                 IA = ss.sym6_of(body.inertia)
                 for c in kids:
                     IA = ss.sym6_add(IA, self.arr["IA"].get(c))
-                art = articulate(scope, body, scope.let_all(IA, "IA"))
-                stored_U, stored_D = self.ud(b)
-                for c in range(len(art.U)):
-                    for k in range(6):
-                        scope.assign(stored_U[c][k], art.U[c][k])
-                    for r in range(len(art.U)):
-                        scope.assign(stored_D[r][c], art.Dinv[r][c])
+                art = articulated.articulate(scope, body, scope.let_all(IA, "IA"))
+                articulated.store(scope, self.arr, b, art)
             if body.parent >= 0:
                 Ia, X = art.reduced(scope), steps.X(scope, body)
                 scope.assign_all([self.arr["IA"](b, k) for k in range(21)], art.to_parent(scope, X, Ia))
@@ -369,7 +361,7 @@ class MinvEmitter(Emitter):
         def finish(sc, c, IA):
             # IA[c] is final once its subtree is: its U and Dinv, then its part of the parent's
             body = robot.bodies[c]
-            art = ud[c] = articulate(sc, body, IA)
+            art = ud[c] = articulated.articulate(sc, body, IA)
             if body.parent >= 0:
                 Ia = art.reduced(sc)
                 return art.to_parent(sc, steps.X(sc, body), Ia)
