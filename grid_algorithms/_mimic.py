@@ -30,7 +30,7 @@ import numpy as np
 
 from grid_core.emit import dense, sweeps
 from grid_core.emit import nodes as n
-from grid_core.emit.expr import Scope, sum_terms
+from grid_core.emit.expr import Scope, prune_unused, sum_terms
 from grid_core.emit.storage import plus, put_symmetric
 from grid_core.model import Robot
 from grid_core.model.joints import joint_nv
@@ -146,6 +146,43 @@ def constraint_forces(scope: Scope, rows: list, A) -> list:
     accelerations ``a_r``, column ``l >= 1`` those of constraint ``l``'s unit force (Y's columns)."""
     CA = [[apply_row(row, lambda x: A(x, 0))] for row in rows]
     return [row[0] for row in dense.spd_solve(scope, constraint_gram(rows, lambda x, l: A(x, l + 1)), CA)]
+
+
+class Constrained:
+    """Forward dynamics' ``qdd = L (a_r - Y z)``, ``z = K^-1 C a_r``, emitted on ``A(x, l)``: relaxed
+    coordinate ``x``'s acceleration in column ``l`` (0: ``a_r``; ``l >= 1``: constraint ``l``'s unit
+    force, Y's columns), written to ``qdd`` (a port vector)."""
+
+    def __init__(self, rel: Relaxation, A, qdd):
+        self.rel, self.A, self.qdd = rel, A, qdd
+
+    def forces(self, scope: Scope) -> list:
+        """``z = K^-1 C a_r`` (``K = C Y``, by Cholesky)."""
+        m = len(self.rel.rows)
+        scope.comment(f"{'the mimic constraint' if m == 1 else f'the {m} mimic constraints'}: z = K^-1 C a_r, "
+                      "K = C Y (Cholesky)")
+        return constraint_forces(scope, self.rel.rows, self.A)
+
+    def write(self, scope: Scope, dof: int, z: list) -> None:
+        """``qdd = L (a_r - Y z)`` at one velocity index."""
+        x = self.rel.own_of(dof)
+        scope.assign(self.qdd(dof), sum_terms([(self.A(x, 0),), *[(-1.0, self.A(x, l + 1), zl)
+                                                                   for l, zl in enumerate(z)]]))
+
+    def straight_line(self, scope: Scope) -> None:
+        """One thread's code: every velocity index."""
+        z = self.forces(scope)
+        for dof in range(len(self.rel.own)):
+            self.write(scope, dof, z)
+
+    def block(self) -> list:
+        """A block's code: one velocity index per thread, each solving for ``z`` itself."""
+        head = Scope("z")
+        head.comment("every thread solves the small constraint system itself (broadcast reads of the\n"
+                     "relaxed accelerations): no barrier and nothing stored before the fan-out")
+        z = self.forces(head)
+        fan = sweeps.fan_out([(dof,) for dof in range(len(self.rel.own))], lambda sc, dof: self.write(sc, dof, z))
+        return [n.Comment("qdd = L (a_r - Y z), one velocity index per thread"), *prune_unused([*head.stmts, *fan], "z")]
 
 
 class Schur:

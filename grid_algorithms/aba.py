@@ -23,15 +23,15 @@ from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
-from grid_core.emit.expr import Scope, dot, matvec, prune_unused, sum_terms
+from grid_core.emit.expr import Scope, dot, matvec, sum_terms
 from grid_core.emit.storage import Field, region
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm, gravity_accel
 from grid_core.review import ParallelismReview, done, todo
 
-from ._articulated import articulate
-from ._mimic import constraint_forces, relaxation
+from . import _articulated as articulated
+from ._mimic import Constrained, relaxation
 
 
 def aba(robot: Robot, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY) -> np.ndarray:
@@ -131,7 +131,7 @@ class _Sparsity:
         fields = [Field("v", parents), Field("pA", sorted(self.pA)), Field("IA", parents, 21),
                   Field("a", sorted((b, j) for b, j in self.qdd if topo.children[b])),
                   Field("c", [b for b in range(nb) if topo.parent[b] >= 0]),
-                  Field("U", parents, lambda b: 6 * w[b]), Field("Dinv", parents, lambda b: w[b] * (w[b] + 1) // 2),
+                  *articulated.fields(parents, w),
                   Field("u", sorted((b, j) for b, j in self.u if j == 0 or (b, j) in self.pA), joint),
                   *([Field("qr", sorted(self.qdd), joint)] if self.K > 1 else [])]
         self.fields = {f.name: f for f in fields}
@@ -189,11 +189,9 @@ class AbaSteps:
         per column, pa = pA + Ia c + U D^-1 u."""
         body, sp = self.robot.bodies[b], self.sp
         scope.comment(f"articulate body {b} ({body.joint.name}): U, D^-1, u" + (", Ia, pa" if to_parent else ""))
-        art = articulate(scope, body, self.ia(b))
-        S, U, Dinv = art.S, art.U, art.Dinv
-        w = len(S)
-        self.arr["U"].put(scope, b, [x for col in U for x in col])
-        self.arr["Dinv"].put(scope, b, [Dinv[r][c] for r in range(w) for c in range(r, w)])
+        art = articulated.articulate(scope, body, self.ia(b))
+        S, U, Dinv, w = art.S, art.U, art.Dinv, len(art.S)
+        articulated.store(scope, self.arr, b, art)
         u = {}
         for j in range(sp.K):
             if (b, j) in sp.u:
@@ -235,9 +233,7 @@ class AbaSteps:
         w = len(S)
         scope.comment(f"body {b} ({body.joint.name}): a, qdd")
         X = ss.Transform(self.robot, body, self.arr["xi"], scope)
-        Uf = self.get("U", b)
-        U = [Uf[6 * r:6 * r + 6] for r in range(w)]
-        Dinv = ss.sym6_full(self.get("Dinv", b), w)  # stored packed, the upper triangle row by row
+        U, Dinv = articulated.stored(self.arr, b, w)
         for j in range(sp.K):
             if (b, j) not in sp.qdd:
                 continue
@@ -260,25 +256,10 @@ class AbaSteps:
                 for r in range(w):
                     scope.assign(self.arr["qdd"](body.v_index + r), qdd[r])
 
-    # -- mimic constraints -------------------------------------------------------------
-
-    def _qr(self, x: int, j: int):
-        """Relaxed coordinate ``x``'s relaxed acceleration in column ``j``."""
-        b, r = self.rel.owner[x]
-        return self.get("qr", (b, j))[r]
-
-    def constraint_forces(self, scope: Scope) -> list:
-        """``z = K^-1 C a_r`` with ``K = C Y`` (Y: the constraint columns' relaxed accelerations)."""
-        m = len(self.rel.rows)
-        scope.comment(f"{'the mimic constraint' if m == 1 else f'the {m} mimic constraints'}: z = K^-1 C a_r, "
-                      "K = C Y (Cholesky)")
-        return constraint_forces(scope, self.rel.rows, self._qr)
-
-    def constrained_qdd(self, scope: Scope, dof: int, z: list) -> None:
-        """``qdd = L (a_r - Y z)`` at one velocity index."""
-        x = self.rel.own_of(dof)
-        terms = [(self._qr(x, 0),), *[(-1.0, self._qr(x, l + 1), zl) for l, zl in enumerate(z)]]
-        scope.assign(self.arr["qdd"](dof), sum_terms(terms))
+    def constrained(self) -> Constrained:
+        """The mimic constraints imposed on pass 3's relaxed accelerations (its ``qr`` columns)."""
+        return Constrained(self.rel, lambda x, j: self.get("qr", (self.rel.owner[x][0], j))[self.rel.owner[x][1]],
+                           self.arr["qdd"])
 
 
 class AbaEmitter(Emitter):
@@ -320,16 +301,7 @@ class AbaEmitter(Emitter):
                                                             if steps.sp.K > 1 else "")),
             *sweeps.forward(robot, steps.pass3, form),
         ]
-        if steps.sp.K > 1:
-            head = Scope("z")
-            head.comment("every thread solves the small constraint system itself (broadcast reads of the\n"
-                         "relaxed accelerations): no barrier and nothing stored before the fan-out")
-            z = steps.constraint_forces(head)
-            fan = sweeps.fan_out([(dof,) for dof in range(robot.nv)],
-                                 lambda sc, dof: steps.constrained_qdd(sc, dof, z))
-            out += [n.Comment("qdd = L (a_r - Y z), one velocity index per thread"),
-                    *prune_unused([*head.stmts, *fan], "z")]
-        return out
+        return out + (steps.constrained().block() if steps.sp.K > 1 else [])
 
     def state_body(self, layers) -> list:
         robot = layers.robot
@@ -347,9 +319,7 @@ class AbaEmitter(Emitter):
         for b in robot.bodies:
             steps.pass3(scope, b)
         if steps.sp.K > 1:
-            z = steps.constraint_forces(scope)
-            for dof in range(robot.nv):
-                steps.constrained_qdd(scope, dof, z)
+            steps.constrained().straight_line(scope)
         return [*ss.gravity_statements(), layers.locals([arr[f.name] for f in self.fields(layers)]), *scope.body()]
 
 
