@@ -82,15 +82,11 @@ def minv(robot: Robot, q) -> np.ndarray:
 
 # -- code generation -------------------------------------------------------------------
 #
-# The recursion on the relaxed tree, as steps on scalars (MinvSteps, with the articulate step of
-# grid_algorithms._articulated) shared by both layouts, over column bookkeeping baked at
-# generation time (Columns, P4) and the typed fields of the block layout's arrays.  F holds ONE
-# 6-vector per relaxed column: column j's articulated bias force lives at one body at a time
-# (the body the backward pass has reached on j's path to the root), and siblings' subtrees own
-# disjoint columns, so 6 x n_r scalars hold every body's F.  P holds a body's accelerations only
-# where its children read them (from its first child's column to the end of the tree; beyond,
-# zero).  A leaf's IA, U and Dinv are robot constants, folded: never stored.  Without mimic
-# joints the recursion writes the output directly.
+# The recursion on the relaxed tree as steps on scalars (MinvSteps) shared by both layouts, over
+# column bookkeeping baked at generation time (Columns).  F holds one 6-vector per relaxed column:
+# column j's bias force lives at one body at a time (where the backward pass is on j's path to the
+# root), and siblings' subtrees own disjoint columns.  Without mimic joints the recursion writes
+# the output directly.
 
 
 class Columns:
@@ -108,9 +104,6 @@ class Columns:
             raise CodegenError(f"minv: robot '{robot.name}': its own coordinates are not in relaxed order")
         self.tree_end = [rel.end[topo.support[b][0]] for b in range(robot.num_bodies)]
         self.leaf = [not c for c in topo.children]
-        self.leaf_art = {b.index: articulated.articulate(Scope("c"), b, ss.sym6_of(b.inertia)) for b in robot.bodies
-                         if self.leaf[b.index]}
-        """A leaf's articulation: robot constants."""
         parents = [b for b in range(robot.num_bodies) if topo.children[b]]
         w, m = rel.width, len(rel.rows)
         self.p_first = {b: rel.index[b] + w[b] for b in parents}
@@ -191,8 +184,9 @@ class _Block:
         self.cols = Columns(robot)
         self.arr, self.io = arrays or {}, io or {}
         self.steps = MinvSteps(robot, self.io.get("xi"))
-        for b, art in self.cols.leaf_art.items() if arrays else ():  # constants: recorded, folded where read
-            articulated.store(Scope("c"), self.arr, b, art)
+        for body in robot.bodies if arrays else ():  # a leaf's articulation: constants, recorded (none stored)
+            if self.cols.leaf[body.index]:
+                articulated.store(Scope("c"), self.arr, body.index, self.articulation(Scope("c"), body))
 
     # -- the arrays ------------------------------------------------------------------
 
@@ -211,6 +205,13 @@ class _Block:
         """``U`` and ``Dinv`` of body ``b``: stored, or a leaf's constants."""
         return articulated.stored(self.arr, b, self.cols.rel.width[b])
 
+    def articulation(self, scope: Scope, body: Body) -> articulated.Articulated:
+        """``body``'s articulation from its inertia and its children's ``X^T Ia X`` (a leaf's: constants)."""
+        IA = ss.sym6_of(body.inertia)
+        for c in self.robot.topology.children[body.index]:
+            IA = ss.sym6_add(IA, self.arr["IA"].get(c))
+        return articulated.articulate(scope, body, scope.let_all(IA, "IA"))
+
     # -- the runs --------------------------------------------------------------------
 
     def finalize(self, b: int) -> sweeps.Run | None:
@@ -222,14 +223,8 @@ class _Block:
             return None
 
         def step(scope, _k):
-            if cols.leaf[b]:
-                art = cols.leaf_art[b]
-            else:
-                IA = ss.sym6_of(body.inertia)
-                for c in kids:
-                    IA = ss.sym6_add(IA, self.arr["IA"].get(c))
-                art = articulated.articulate(scope, body, scope.let_all(IA, "IA"))
-                articulated.store(scope, self.arr, b, art)
+            art = self.articulation(scope, body)
+            articulated.store(scope, self.arr, b, art)
             if body.parent >= 0:
                 Ia, X = art.reduced(scope), steps.X(scope, body)
                 scope.assign_all([self.arr["IA"](b, k) for k in range(21)], art.to_parent(scope, X, Ia))
@@ -348,9 +343,7 @@ class MinvEmitter(Emitter):
         return out + (block.correction() if block.cols.mimic else [])
 
     def state_body(self, layers) -> list:
-        """The articulated inertias depth-first (only the live path's in registers), then each
-        column on its own: up its body's path (the backward pass's rows), then down its tree
-        (the forward pass's), so only one column's forces and accelerations are live at a time."""
+        """Each column on its own, up its body's path, then down its tree (the review's notes)."""
         robot = layers.robot
         cols = Columns(robot)
         io = layers.vectors(local=True)
