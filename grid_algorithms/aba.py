@@ -84,10 +84,9 @@ def aba(robot: Robot, q, qd, tau, f_ext=None, gravity=DEFAULT_GRAVITY) -> np.nda
 
 # -- code generation -------------------------------------------------------------------
 #
-# One set of per-body steps serves both layouts, as in inverse dynamics: the block-cooperative
-# one (passes 1 and 3 forward sweeps, pass 2 a backward gather) and the per-state one (pass 2
-# depth-first).  Every array is a typed field (grid_core.emit.storage) keyed by the
-# generation-time sparsity (_Sparsity).
+# One set of per-body steps serves both layouts: the block-cooperative one (passes 1 and 3
+# forward sweeps, pass 2 a backward gather) and the per-state one (pass 2 depth-first), on typed
+# fields keyed by the generation-time sparsity (_Sparsity).
 
 HOT = ("v", "pA", "IA", "a")
 """Read and written across a sweep (children read v and a, every child adds into IA and pA)."""
@@ -286,7 +285,7 @@ class AbaEmitter(Emitter):
         steps = layers.own_steps()
         form = sweeps.form_of(layers.ctx)
         roots = [(b.index,) for b in robot.bodies if b.parent < 0]
-        out = [
+        return [
             *ss.gravity_statements(),
             n.Comment("pass 1, root to leaves: v, c and the bias forces pA (P1 by levels: the bodies of a level\n"
                       "in parallel, on different warps, whose code differs: in one warp it would serialise)"),
@@ -300,8 +299,8 @@ class AbaEmitter(Emitter):
             n.Comment("pass 3, root to leaves: a and qdd" + (" (relaxed, one column per right-hand side)"
                                                             if steps.sp.K > 1 else "")),
             *sweeps.forward(robot, steps.pass3, form),
+            *(steps.constrained().block() if steps.sp.K > 1 else []),
         ]
-        return out + (steps.constrained().block() if steps.sp.K > 1 else [])
 
     def state_body(self, layers) -> list:
         robot = layers.robot
