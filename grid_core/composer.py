@@ -85,10 +85,11 @@ def prelude_text() -> str:
 
 
 def resolve_algorithms(names, reg=None) -> list:
-    """The selected algorithms plus everything they depend on, dependencies first."""
+    """The selected algorithms plus everything they depend on, dependencies first (``names``
+    None: every emitted algorithm of the default set, ``Emitter.in_default_set``)."""
     reg = reg or default_registry()
     if names is None:
-        names = [a for a, alg in reg.algorithms.items() if alg.has_emitter()]
+        names = [a for a, alg in reg.algorithms.items() if alg.has_emitter() and alg.emitter.in_default_set]
     order: list = []
     seen: set[str] = set()
 

@@ -133,6 +133,9 @@ class Emitter:
     outputs; the backends' numpy calls then raise the reference's own error for the first such
     state (:meth:`~grid_core.runtime.backend.AbiBackend._refused`).  NaN inputs never get this far:
     they are refused while staged."""
+    in_default_set: bool = True
+    """Whether a header (or a backend's library) built without a list of algorithms includes this
+    one; False for code too large to compile by default on large robots (its users name it)."""
     composes: tuple[str, ...] = ()
     """Algorithms whose inners this one calls (through :meth:`Layers.compose`); each must be in
     the algorithm's ``depends_on``."""
