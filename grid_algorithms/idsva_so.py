@@ -63,10 +63,16 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
+from grid_core.arena import callee_rung, spill_ladder
+from grid_core.emit import nodes as n
+from grid_core.emit import spatial_steps as ss
+from grid_core.emit import sweeps
+from grid_core.emit.emitter import Emitter
+from grid_core.emit.expr import Scope, matTvec, matvec, sum_terms
 from grid_core.model import JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm, gravity_accel, icrf, plux_inv
-from grid_core.review import ParallelismReview, todo
+from grid_core.review import ParallelismReview, done, todo
 
 from ._mimic import relaxed_map
 
@@ -294,6 +300,291 @@ def idsva_so(robot: Robot, q, qd, qdd, f_ext=None, gravity=DEFAULT_GRAVITY):
     return D2q, D2v, Dqv, DM
 
 
+# -- code generation -------------------------------------------------------------------
+#
+# The world-frame form, for every robot: every contraction is a scalar of spatial algebra, so
+# the world frame serves fixed and floating bases alike and the composites are the plain sums
+# the first-order gradient already forms.  Its world-frame pass runs by handle
+# (inverse_dynamics_gradient's steps, on RNEA's v, a, f by handle): per dof J = S, dVdq = psid,
+# dAdq = psidd, dAdv = psid + Sd (Sd enters only through that sum), per body the composites
+# Yc = IC, Bc = BC and the subtree force F.  A mimic dof's columns carry its multiplier, and
+# every cell is trilinear in the columns of its three indices, so the robot's cell is the sum
+# of the relaxed cells mapped onto it (T = G^(x3) T_r, folded at generation time).  Which
+# relaxed cell holds which contraction is found by replaying _contract_column's writes on
+# symbols, the last write winning as there; each robot cell is then written once.
+
+_TENSORS = ("d2tau_dq2", "d2tau_dqd2", "d2tau_dqdqd", "dM_dq")
+_U = {  # name: (matrix, transposed, column of j it applies to); "+": dVdq + Sd (= dAdv)
+    "U1": ("A3", True, "S"), "U2": ("A1", True, "S"), "U4": ("A6", False, "S"), "U5": ("A2", False, "Pd"),
+    "U8": ("A4", False, "S"), "U9": ("A0", False, "S"), "U10": ("Bic", False, "S"),
+    "U11": ("Bic", True, "S"), "U12": ("Bic", True, "Pd"), "U13": ("A1", False, "S")}
+_VALUES = {  # cell value of pair (j, k): sum of (sign, U of j (or U-sum), column of k)
+    "P1": [(1, ("U11",), "Pd")], "P2": [(1, ("U9",), "Pdd"), (1, ("U8",), "Pd"), (-1, ("U12",), "Pd")],
+    "P3": [(-1, ("U11",), "S")], "P4": [(1, ("U13",), "S")], "P5": [(1, ("U9",), "S")],
+    "P6": [(1, ("U10",), "S")], "Q1": [(1, ("U1",), "Pd"), (1, ("U2",), "Pdd")],
+    "Q2": [(1, ("U1",), "S"), (1, ("U2",), "+")], "Q3": [(1, ("U3",), "S")],
+    "Q4": [(1, ("U5",), "S"), (1, ("U8",), "S"), (1, ("U9",), "+")], "Q5": [(1, ("U6",), "S")],
+    "Q6": [(1, ("U7",), "S")], "Q7": [(1, ("U4",), "S")], "Q8": [(-1, ("U2",), "S")]}
+
+
+def _writes(ip: int, J, bJ, dJ, i: int):
+    """_contract_column's writes for column ``ip`` of body ``i``, in its order: ``(tensor, cell,
+    value name, sign, j, k)`` (``J``: the support's dofs, ``bJ``, ``dJ`` their bodies and depths)."""
+    m = len(J)
+    pairs = [(a, b) for a in range(m) for b in range(m) if dJ[b] <= dJ[a]]
+    D2q, D2v, Dqv, DM = range(4)
+    rules = [  # (condition on (j_not_i, k_not_j), [(tensor, cell of (ip, j, k), value, sign)])
+        (lambda jn, kn: True, [(D2q, "ijk", "P2", 1), (Dqv, "ikj", "P1", -1)]),
+        (lambda jn, kn: jn, [(D2q, "jki", "Q1", 1), (D2q, "jik", "Q1", 1), (Dqv, "jki", "P1", 1),
+                             (Dqv, "jik", "Q2", 1), (D2v, "jki", "P3", -1), (D2v, "jik", "P3", -1),
+                             (DM, "kji", "P4", 1), (DM, "jki", "P4", 1)]),
+        (lambda jn, kn: kn, [(D2q, "ikj", "P2", 1), (D2q, "kij", "Q3", 1), (D2v, "ijk", "P3", 1),
+                             (D2v, "ikj", "P3", 1), (Dqv, "ijk", "Q4", 1), (Dqv, "kji", "Q5", 1),
+                             (DM, "kij", "P5", 1), (DM, "ikj", "P5", 1)]),
+        (lambda jn, kn: kn and jn, [(D2q, "kji", "Q3", 1), (D2v, "kij", "P6", 1), (D2v, "kji", "P6", 1),
+                                    (Dqv, "kij", "Q6", 1)]),
+        (lambda jn, kn: kn and not jn, [(D2v, "kji", "Q7", 1)]),
+        (lambda jn, kn: not kn, [(D2v, "ijk", "Q8", 1)]),
+    ]
+    for cond, writes in rules:
+        for t, cell, name, sign in writes:  # one numpy statement: every selected pair in turn
+            for a, b in pairs:
+                if cond(bJ[a] != i, bJ[b] != bJ[a]):
+                    idx = {"i": ip, "j": J[a], "k": J[b]}
+                    yield t, tuple(idx[c] for c in cell), name, sign, J[a], J[b]
+
+
+class Cells:
+    """The generation-time map of the four tensors: each robot cell's terms ``(coefficient, value
+    name, column dof, j dof, k dof)``, dofs as positions in :attr:`dofs` (the relaxed columns)."""
+
+    def __init__(self, robot: Robot):
+        self.robot = robot
+        self.dofs = []
+        """``(body, column, v index)`` of every relaxed column, in body order."""
+        for b in robot.bodies:
+            self.dofs += [(b.index, k, b.v_index + k) for k in range(motion_subspace(b).shape[1])]
+        of_body: dict[int, list] = {}
+        for d, (b, *_rest) in enumerate(self.dofs):
+            of_body.setdefault(b, []).append(d)
+        depth = robot.topology.depth
+        last: dict[tuple, tuple] = {}
+        for i in reversed(range(robot.num_bodies)):
+            J = [d for b in robot.topology.support[i] for d in of_body[b]]
+            bJ = [self.dofs[d][0] for d in J]
+            dJ = [depth[b] for b in bJ]
+            for ip in of_body[i]:
+                for t, cell, name, sign, j, k in _writes(ip, J, bJ, dJ, i):
+                    last[(t, cell)] = (name, sign, ip, j, k)
+        self.terms: dict[tuple, list] = {}
+        """``(tensor, flat index)`` -> its terms, in column order."""
+        nv = robot.nv
+        for (t, cell), (name, sign, ip, j, k) in sorted(last.items()):
+            x, y, z = (self.dofs[d][2] for d in cell)
+            # the world steps' columns carry the multipliers: a term is the relaxed cell times its three
+            self.terms.setdefault((t, (x * nv + y) * nv + z), []).append((float(sign), name, ip, j, k))
+        for terms in self.terms.values():
+            terms.sort(key=lambda term: term[2])
+        # the columns whose terms meet in one robot cell (a mimic's and its mimicked joint's) go together
+        group = list(range(len(self.dofs)))
+
+        def root(d):
+            while group[d] != d:
+                d = group[d]
+            return d
+
+        for terms in self.terms.values():
+            for term in terms[1:]:
+                group[root(term[2])] = root(terms[0][2])
+        self.groups: dict[int, list] = {}
+        """A group's first column -> the ``(tensor, flat index)`` of the cells its columns write."""
+        for key, terms in self.terms.items():
+            self.groups.setdefault(root(terms[0][2]), []).append(key)
+
+    def zeros(self, t: int) -> list[tuple[int, int]]:
+        """Tensor ``t``'s structural zeros (no chain holds the cell) as ranges of flat indices."""
+        from grid_core.emit.sweeps import ranges
+
+        return ranges(self.robot.nv ** 3, lambda c: (t, c) not in self.terms)
+
+
+def _unit(c: int) -> list[float]:
+    return [1.0 if r == c else 0.0 for r in range(6)]
+
+
+def _mat(cols) -> list[list]:
+    """The 6x6 matrix of six column vectors."""
+    return [[cols[c][r] for c in range(6)] for r in range(6)]
+
+
+def _mm(A, B) -> list[list]:
+    return [[sum_terms((A[r][m], B[m][c]) for m in range(6)) for c in range(6)] for r in range(6)]
+
+
+def _madd(*terms) -> list[list]:
+    """``sum(sign * M)`` of ``(sign, M)`` pairs."""
+    return [[sum_terms((s, M[r][c]) for s, M in terms) for c in range(6)] for r in range(6)]
+
+
+class ColumnSteps:
+    """The contractions of every group of columns, on the world-frame arrays ``w`` (the
+    first-order gradient's, by handle) and the output vectors ``out`` (name -> flat index)."""
+
+    def __init__(self, cells: Cells, w: dict, out: dict):
+        self.cells, self.w, self.out = cells, w, out
+
+    def _col(self, d: int, which: str):
+        b, k = self.cells.dofs[d][:2]
+        name = {"S": "J", "Pd": "dVdq", "Pdd": "dAdq", "+": "dAdv"}[which]
+        return self.w[name].get((b, k))
+
+    def _matrices(self, scope: Scope, ip: int) -> dict:
+        """Column ``ip``'s matrices A0..A7, Bic (each entry bound once) and the vector IC S_i ..."""
+        w, b = self.w, self.cells.dofs[ip][0]
+        IC = ss.sym6_full(ss.sym6_from_rbi([w["Yc"](b, x) for x in range(10)]))
+        Bc = [w["Bc"](b, x) for x in range(36)]
+        BC = [[Bc[6 * c + r] for c in range(6)] for r in range(6)]
+        F = w["F"].get(b)
+        Si, Pd, Pdd, Pv = (self._col(ip, x) for x in ("S", "Pd", "Pdd", "+"))
+
+        def crm(s):
+            return _mat([ss.cross_motion(s, _unit(c)) for c in range(6)])
+
+        def crf(s):
+            return _mat([ss.cross_force(s, _unit(c)) for c in range(6)])
+
+        def icrf(h):
+            h = scope.let_all(h, "h")
+            return _mat([ss.cross_force(_unit(c), h) for c in range(6)])
+
+        def let(M, hint):
+            return [scope.let_all(row, hint) for row in M]
+
+        A = {"A0": let(icrf(matvec(IC, Si)), "A")}
+        A["A1"] = let(_madd((1.0, _mm(crf(Si), IC)), (-1.0, _mm(IC, crm(Si)))), "A")
+        A["Bic"] = let(_madd((1.0, A["A1"]), (1.0, A["A0"])), "A")
+        A["A2"] = let(_madd((1.0, A["A0"]), (-1.0, A["A1"])), "A")
+        A["A3"] = let(_madd((1.0, _mm(crf(Pd), IC)), (-1.0, _mm(IC, crm(Pd))), (1.0, icrf(matvec(IC, Pd))),
+                            (1.0, _mm(crf(Si), BC)), (-1.0, _mm(BC, crm(Si)))), "A")
+        A["A4"] = let(icrf(matTvec(BC, Si)), "A")
+        A["A5"] = let(icrf(_sum(matvec(BC, Pd), matvec(IC, Pdd), ss.cross_force(Si, F))), "A")
+        A["A6"] = let(_madd((1.0, _mm(crf(Si), IC)), (1.0, A["A0"])), "A")
+        A["A7"] = let(icrf(_sum(matvec(BC, Si), matvec(IC, Pv))), "A")
+        return A
+
+    def group(self, scope: Scope, first: int) -> None:
+        """Every cell of the group of columns led by ``first``, written once (a mimic's terms
+        summed), its columns' matrices formed in turn."""
+        cells = self.cells
+        keys = cells.groups[first]
+        by_col: dict[int, list] = {}
+        for key in keys:
+            for term in cells.terms[key]:
+                by_col.setdefault(term[2], []).append((key, term))
+        started: set = set()
+        for ip in sorted(by_col):
+            b, k, v = cells.dofs[ip]
+            scope.comment(f"column {v} (body {b}, joint column {k}): its matrices, then its cells")
+            A = self._matrices(scope, ip)
+            U: dict = {}
+
+            def u_vec(name, j):
+                if (name, j) not in U:
+                    if name == "U3":  # A3 Pd + A1 Pdd + A5 S
+                        x = _sum(matvec(A["A3"], self._col(j, "Pd")), matvec(A["A1"], self._col(j, "Pdd")),
+                                 matvec(A["A5"], self._col(j, "S")))
+                    elif name == "U6":  # Bic Pd + A7 S
+                        x = _sum(matvec(A["Bic"], self._col(j, "Pd")), matvec(A["A7"], self._col(j, "S")))
+                    elif name == "U7":  # A3 S + A1 (Pd + Sd)
+                        x = _sum(matvec(A["A3"], self._col(j, "S")), matvec(A["A1"], self._col(j, "+")))
+                    else:
+                        M, transposed, col = _U[name]
+                        x = (matTvec if transposed else matvec)(A[M], self._col(j, col))
+                    U[(name, j)] = scope.let_all(x, "u")
+                return U[(name, j)]
+
+            for (t, flat), (coef, name, _, j, kk) in by_col[ip]:
+                value = sum_terms((sign * coef, x, y) for sign, (un,), col in _VALUES[name]
+                                  for x, y in zip(u_vec(un, j), self._col(kk, col)))
+                target = self.out[_TENSORS[t]](flat)
+                (scope.add_to if (t, flat) in started else scope.assign)(target, value)
+                started.add((t, flat))
+
+
+def _sum(*vs) -> list:
+    return [sum_terms([(x,) for x in xs]) for xs in zip(*vs)]
+
+
+def _out(layers, local: bool) -> dict:
+    io = layers.vectors(local)
+    return {name: io[name] for name in _TENSORS}
+
+
+class IdsvaSOEmitter(Emitter):
+    Options = sweeps.SweepOptions
+    global_inputs = ("f_ext",)  # read in place by RNEA's forward step
+    nullable_inputs = ("f_ext",)
+    global_outputs = _TENSORS  # 4 nv^3 values: written in place (atlas: 864 KB in float64)
+    composes = ("inverse_dynamics", "inverse_dynamics_gradient")
+    in_default_set = False  # straight-line code over every chain: atlas's is 8.2 MB of C++; name it to build it
+    sweep_doc = "Sweep form (RNEA's and the world frame's)"
+
+    def block_threads_hint(self, robot: Robot) -> int:
+        return 32 * robot.nv  # the column groups, one warp each
+
+    def _steps(self, layers, local: bool):
+        rnea = layers.steps("inverse_dynamics", local=local, every_body=("v",))
+        world = layers.steps("inverse_dynamics_gradient", local=local, rnea=rnea)
+        return rnea, world, ColumnSteps(Cells(layers.robot), world.w, _out(layers, local))
+
+    def inner_body(self, layers) -> list:
+        robot = layers.robot
+        rnea, world, cols = self._steps(layers, False)
+        form = sweeps.form_of(layers.ctx)
+        zeros = [sweeps.span(a, b, lambda sc, c, t=t: sc.assign(cols.out[_TENSORS[t]](c), 0.0), var="c")
+                 for t in range(4) for a, b in cols.cells.zeros(t)]
+        return [
+            *ss.gravity_statements(),
+            n.Comment("RNEA's sweeps (inverse dynamics' steps, by handle): v of every body, a, f summed over subtrees"),
+            *sweeps.forward(robot, rnea.forward, form),
+            *sweeps.backward_gather(robot, rnea.backward, form),
+            n.Comment("the world frame (the first-order gradient's steps, by handle): per dof J, psid, psidd,\n"
+                      "psid + Sd; per body Y, B and F, then the composites IC, BC, leaves to root"),
+            *sweeps.forward(robot, world.forward, form),
+            *sweeps.backward_gather(robot, world.gather, form),
+            n.Comment(f"the contractions of each group of columns, one warp each ({len(cols.cells.groups)} groups), "
+                      "and the structural zeros"),
+            *sweeps.fan_out([(g,) for g in sorted(cols.cells.groups)], cols.group, per_warp=True),
+            *sweeps.fan_out_runs(zeros),
+        ]
+
+    def state_body(self, layers) -> list:
+        robot = layers.robot
+        rnea, world, cols = self._steps(layers, True)
+        scope = Scope("t")
+
+        def complete(sc, c):
+            if robot.bodies[c].parent >= 0:
+                rnea.backward(sc, robot.bodies[c].parent, [c])
+
+        sweeps.depth_first(robot, scope, rnea.arr, rnea.forward, complete)
+        for b in robot.bodies:
+            world.forward(scope, b)
+        for b in reversed(robot.bodies):
+            if robot.topology.children[b.index]:
+                world.gather(scope, b.index, robot.topology.children[b.index])
+        for g in sorted(cols.cells.groups):
+            cols.group(scope, g)
+        zeros = []
+        for t in range(4):
+            for a, b in cols.cells.zeros(t):
+                zeros.append(n.For(f"int c = {a}", f"c < {b}", "++c", [n.Stmt(f"{cols.out[_TENSORS[t]]('c')} = T(0)")]))
+        return [*ss.gravity_statements(),
+                layers.locals([*(rnea.arr[x] for x in ("v", "a", "f")), *world.w.values()],
+                              "registers (or the stack): every index is a constant"),
+                *scope.body(), *zeros]
+
+
 class IdsvaSO(Algorithm):
     name = "idsva_so"
     summary = ("second-order derivatives of inverse dynamics (d2tau_dq2, d2tau_dqd2, d2tau_dqdqd, "
@@ -330,30 +621,33 @@ all of it in the frame of :math:`i`; world-frame form: all in the world frame.  
 \partial_q \tau\, [e_k, e_j]` (tangent derivatives do not commute).
 """
     review = ParallelismReview(
-        P1=todo("the forward sweep (v, a, psid, psidd, Sd per column) and the composite "
-                "accumulation are per-body chains; bodies of one BFS level are independent, the "
-                "composites' parent accumulation an atomicAdd or a per-level segmented reduction. "
-                "The contractions need only the finished composites of i, so they leave the "
-                "sweep entirely (P3)"),
-        P2=todo("the dominant lever: every chain cell (i, j, k) of the four nv^3 tensors is an "
-                "independent handful of 6-vector dot products once the per-column 6x6 matrices "
-                "A0..A7 (per i) and the vectors u1..u13 (per (i, j)) are known. Plan: one parallel "
-                "pass builds the A's for all columns, one the u's for all (i, j) ancestor pairs, "
-                "and one fans the (i, j, k) chain cells across the block (upstream's per-column "
-                "forward sweep, and a world-frame slab per (i, j) pair)"),
-        P3=todo("only the composites IC, BC, F need the serial backward carry: store them per "
-                "body (two 6x6 matrices and a 6-vector) and run every contraction after the sweep as one "
-                "parallel pass (the A's of body i depend on nothing else of the recursion)"),
-        P4=todo("the nonzero cells are exactly the chains of the tree: bake the (i, j, k) chain "
-                "list (or the (i, j) ancestor pairs with each k-range) offline and write only "
-                "those cells; the body-frame form needs the ancestors' columns in each body's frame "
-                "(nv x depth columns), laid out per (i, j) so a pair's reads coalesce; the "
-                "world-frame form shares one 6 x nv column band. The free-flyer's six columns "
-                "share a body: its cells with two root columns are the only doubly-written "
-                "(symmetric dM_dq) ones, and need a designated single writer"),
-        notes="form: body-frame for fixed-base trees without mimic joints, world-frame for a "
-              "floating base or mimic joints (the relaxed tree, contracted with G afterwards)",
+        P1=done("block layout: RNEA's sweeps and the world-frame pass with its composite gather (the "
+                "first-order gradient's steps, by handle) run level by level, the bodies of a level in "
+                "parallel, one barrier per level; the contractions need only the finished composites, so "
+                "they leave the sweep entirely"),
+        P2=todo("done: every column's contractions at once, one warp each (a mimic joint's column with its "
+                "mimicked joint's: their cells sum), no barrier between them, and the structural zeros a "
+                "fan-out of index ranges. Left, the dominant lever: a column's lane walks the k <= j pairs of its support "
+                "serially (the deepest column's m^2 / 2 pairs are the critical path); fan the (i, j, k) "
+                "chain cells over threads by storing the per-column matrices A0..A7, Bic and the per-(i, j) "
+                "vectors u in a spillable arena region"),
+        P3=done("only the composites IC, BC, F carry through the backward sweep; per column the matrices "
+                "A0..A7 are formed once and per (column, support column) pair the vectors u once, so a cell "
+                "costs one to three dot products of 6; Sd enters only as psid + Sd (the gradient's dAdv); "
+                "one XImats pass"),
+        P4=todo("done: the cell table (which contraction lands in which cell, the reference's writes "
+                "replayed on symbols; a mimic's relaxed cells summed into the robot's) and the structural "
+                "zeros (triples off every chain) are baked at generation time, each cell written once; robot "
+                "constants folded. Left: the four nv^3 outputs are written in place in global memory: a warp "
+                "of states does not fit 48 KB of staging (iiwa14: 11 KB a state), and the ring of "
+                "grid_core.emit.ring takes one output; a ring over several outputs would coalesce the stores"),
+        notes="the generated code takes the world-frame form for every robot (fixed or floating base, mimic "
+              "joints: every cell is trilinear in its three columns, so the mimic's multiplier rides on its "
+              "column); the reference takes the body-frame form for fixed-base trees without mimic joints",
     )
+
+    depends_on = ("inverse_dynamics", "inverse_dynamics_gradient")
+    emitter = IdsvaSOEmitter
 
     def inputs(self, robot: Robot):
         return dynamics_inputs(robot, "qdd")
@@ -369,6 +663,16 @@ all of it in the frame of :math:`i`; world-frame form: all in the world frame.  
 
     def reference(self, ctx, q, qd, qdd, f_ext=None, gravity=DEFAULT_GRAVITY):
         return idsva_so(ctx.robot, q, qd, qdd, f_ext, gravity)
+
+    def arenas(self, robot: Robot, options=None):
+        return ()  # the world-frame arrays are the first-order gradient's, the sweep state RNEA's
+
+    def spill_rungs(self, robot: Robot, options=None):
+        grad = "inverse_dynamics_gradient"
+        return spill_ladder(("RNEA's sweep state in global", {callee_rung(grad, 1)},
+                             "what the first-order gradient's rung 1 spills: the v/a/f band"),
+                            ("the world-frame band too", {callee_rung(grad, 2)},
+                             "its rung 2: the world-frame arrays (columns, composites) go to d_workspace as well"))
 
 
 @hookimpl

@@ -262,9 +262,15 @@ class InverseDynamicsGradientEmitter(Emitter):
         derivatives): what an algorithm composing this one may skip the rest of (P4)."""
         return sorted(WorldSteps(layers.robot, None, {}).cells())
 
+    def steps(self, layers, arrays, io, *, local, rnea=None):
+        """The world-frame steps on ``rnea`` (the caller's handle on inverse dynamics' steps, which
+        must store v at every body) and on this algorithm's arrays, bound where the caller's code
+        finds them: what second-order derivatives run their world-frame pass through."""
+        return WorldSteps(layers.robot, rnea, arrays)
+
     def _steps(self, layers, local: bool) -> WorldSteps:
         rnea = layers.steps("inverse_dynamics", local=local, every_body=("v",))
-        return WorldSteps(layers.robot, rnea, layers.arrays(fields(layers.robot), local))
+        return self.steps(layers, layers.arrays(fields(layers.robot), local), None, local=local, rnea=rnea)
 
     def inner_body(self, layers) -> list:
         robot = layers.robot

@@ -135,7 +135,7 @@ def test_idsva_so_batch_equals_loop(case, robot_cache, rng):
 def test_idsva_so_declaration(robot_cache):
     robot = robot_cache("g1")
     alg = algorithms()["idsva_so"]
-    assert alg.depends_on == ()
+    assert alg.depends_on == ("inverse_dynamics", "inverse_dynamics_gradient")  # composed by handle
     assert [p.name for p in alg.inputs(robot)] == ["q", "qd", "qdd", "f_ext", "gravity"]
     outs = alg.outputs(robot)
     assert [p.name for p in outs] == ["d2tau_dq2", "d2tau_dqd2", "d2tau_dqdqd", "dM_dq"]

@@ -22,9 +22,9 @@ from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_q
 
 from tests.algorithms.test_operational_space_inertia import judge as judge_inertia
-from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, GRADIENTS, NVCC_SAMPLE, assert_solves
+from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, GRADIENTS, NVCC_SAMPLE, assert_solves, emitted
 
-EMITTED = sorted(name for name, alg in grid_core.algorithms().items() if alg.has_emitter())
+EMITTED = emitted()
 GRADIENT_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else NVCC_SAMPLE
 """CI's sample for the gradients on the CPU (a fixed arm, a mimic arm, continuous joints, a floating
 quadruped: g++ -O3 of a humanoid's gradients takes minutes); every robot with GRID_FULL_SWEEP=1."""

@@ -1,0 +1,122 @@
+"""Generated idsva_so equals the reference (proven against central differences of Pinocchio's
+first derivatives in test_idsva_so_reference.py) on host emulation of the GPU code (every tier of
+the block layout and the per-state layout) and on the CPU backend.
+
+Each library holds idsva_so alone (it is not in the default set, Emitter.in_default_set: 25-40 s
+of host compilation a robot, rung and precision here), so the sample is small: iiwa14 (a chain: every triple of
+columns on one chain) at rung 0 and the deepest rung in both precisions, hyq (a fixed-base tree:
+the structural zeros of separate legs) at both rungs, panda (a mimic finger: the relaxed cells
+summed onto the mimicked joint's) at rung 0; solo12 (a free-flyer: six columns on one body) at
+rung 0 under GRID_FULL_SWEEP=1 only (its library alone took 265 s to compile here).
+float64 at rel 1e-9 (the norm of the whole batch's tensor); float32 at rel 1e-4 of each state's
+tensor norm: the tensors are polynomials in the state (no solve, no condition number to amplify
+rounding), and on iiwa14 the worst of 64 random states measured 1.2e-6 .. 2.5e-6 across the four
+tensors, both layouts (40x inside the bound).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from conftest import load
+from grid_core import Reference
+from grid_core.testing import assert_close, random_state
+from tests.generated import FULL_SWEEP
+
+N = 4
+TOL = {np.float64: 1e-9, np.float32: 1e-4}
+CASES = [("iiwa14", False, (np.float64, np.float32)), ("iiwa14", True, (np.float64, np.float32)),
+         ("hyq", False, (np.float64,)), ("hyq", True, (np.float64,)), ("erd:panda", False, (np.float64,))]
+if FULL_SWEEP:  # a free-flyer: passes, but its library took 265 s of host compilation here
+    CASES.append(("erd:solo12", False, (np.float64,)))
+
+
+@functools.cache
+def emulated(name: str, spill: bool, dtype):
+    from grid_core.testing import Emulated
+
+    opts = {"target_shared_mem_bytes": 0} if spill else {}
+    handle = Emulated(load(name), ["idsva_so"], dtype, quiet=True, **opts)
+    handle.set_poison(True)  # outputs start as NaN: a cell the kernel never writes fails
+    return handle
+
+
+def _states(robot, rng, n=N):
+    q, qd, qdd = random_state(robot, rng, n)
+    return q, qd, qdd, rng.normal(size=(n, robot.num_bodies, 6))
+
+
+@pytest.mark.parametrize(("name", "spill", "dtypes"), [
+    pytest.param(*c, id=f"{c[0]}-{'deepest-rung' if c[1] else 'rung0'}") for c in CASES])
+def test_idsva_so_emulated(name, spill, dtypes, rng):
+    robot = load(name)
+    q, qd, qdd, f_ext = _states(robot, rng)
+    ref = Reference(robot)
+    for f in (None, f_ext):
+        expected = ref.idsva_so(q, qd, qdd, f)
+        for dtype in dtypes:
+            b = emulated(name, spill, dtype)
+            for layout, tier in [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]:
+                got = b.with_launch(layout=layout, tier=tier).idsva_so(q, qd, qdd, f)
+                what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} spill={spill}{'' if f is None else ' f_ext'}"
+                for port, x, e in zip(("d2tau_dq2", "d2tau_dqd2", "d2tau_dqdqd", "dM_dq"), got, expected):
+                    assert x.shape == (N, robot.nv, robot.nv, robot.nv)
+                    if dtype is np.float32:  # each state against its own tensor's norm
+                        for k in range(N):
+                            assert_close(x[k], e[k], TOL[dtype], f"{what} {port} state {k}")
+                    else:
+                        assert_close(x, e, TOL[dtype], f"{what} {port}")
+
+
+def test_idsva_so_cpu_handle(rng):
+    """The CPU backend (the per-state code, compiled for the host) on iiwa14, a state batch
+    that is not a multiple of the worker count, and a gravity of its own."""
+    from grid_core import CpuHandle
+
+    robot = load("iiwa14")
+    cpu = CpuHandle(robot, ["idsva_so"], threads=2, quiet=True)
+    cpu.set_poison(True)
+    q, qd, qdd, f_ext = _states(robot, rng, 37)
+    g = np.array([0.3, -1.2, -9.0])
+    got = cpu.idsva_so(q, qd, qdd, f_ext, gravity=g)
+    for x, e in zip(got, Reference(robot).idsva_so(q, qd, qdd, f_ext, gravity=g)):
+        assert_close(x, e, 1e-9, "iiwa14 cpu")
+
+
+def test_structural_zeros_are_the_triples_off_every_chain():
+    """hyq: a cell is written by a contraction exactly where its three columns lie on one chain of
+    the tree (else it is a structural zero, stored once); on the chain iiwa14 none is zero."""
+    from grid_algorithms.idsva_so import Cells
+
+    for name in ("hyq", "iiwa14"):
+        robot = load(name)
+        topo = robot.topology
+        body = {b.v_index: b.index for b in robot.bodies}
+        nv = robot.nv
+
+        def on_chain(*cols):
+            bs = sorted({body[c] for c in cols}, key=lambda b: topo.depth[b])
+            return all(a in topo.support[b] for a, b in zip(bs, bs[1:]))
+
+        chains = {(i * nv + j) * nv + k for i in range(nv) for j in range(nv) for k in range(nv) if on_chain(i, j, k)}
+        cells = Cells(robot)
+        for t in range(4):
+            written = {c for (tt, c) in cells.terms if tt == t}
+            assert written <= chains
+            zeros = {c for a, b in cells.zeros(t) for c in range(a, b)}
+            assert zeros == set(range(nv ** 3)) - written
+        assert (name == "iiwa14") == (len(chains) == nv ** 3)
+
+
+def test_left_out_of_the_default_set_built_when_named():
+    """A header or library built without a list of algorithms leaves idsva_so out (its code is the
+    size of its chains: atlas's alone is 8.2 MB of C++); named, it comes with what it composes."""
+    from grid_core.composer import resolve_algorithms
+
+    default = [a.name for a in resolve_algorithms(None)]
+    assert "idsva_so" not in default and "inverse_dynamics_gradient" in default
+    assert [a.name for a in resolve_algorithms(["idsva_so"])] == ["inverse_dynamics", "inverse_dynamics_gradient",
+                                                                  "idsva_so"]
