@@ -17,6 +17,7 @@
 #include <pinocchio/algorithm/joint-configuration.hpp>
 #include <pinocchio/algorithm/kinematics.hpp>
 #include <pinocchio/algorithm/rnea-derivatives.hpp>
+#include <pinocchio/algorithm/rnea-second-order-derivatives.hpp>
 #include <pinocchio/algorithm/rnea.hpp>
 #include <pinocchio/multibody.hpp>
 #include <pinocchio/parsers/urdf.hpp>
@@ -63,6 +64,7 @@ int main(int argc, char **argv) {
         names = comma == std::string::npos ? "" : names.substr(comma + 1);
     }
     Eigen::MatrixXd d1 = Eigen::MatrixXd::Zero(model.nv, model.nv), d2 = d1, d3 = d1;
+    pin::Data::Tensor3x t1(model.nv, model.nv, model.nv), t2 = t1, t3 = t1, t4 = t1;
     pin::Data::Matrix6x J = pin::Data::Matrix6x::Zero(6, model.nv);
     double sink = 0;  // keeps every result live
     std::vector<std::pair<const char *, std::function<void(int)>>> algorithms = {
@@ -77,6 +79,10 @@ int main(int argc, char **argv) {
         {"computeABADerivatives", [&](int i) {
              pin::computeABADerivatives(model, data, q[i], v[i], tau[i], d1, d2, d3);
              sink += d1(0, 0) + d2(0, 0);
+         }},
+        {"ComputeRNEASecondOrderDerivatives", [&](int i) {
+             pin::ComputeRNEASecondOrderDerivatives(model, data, q[i], v[i], a[i], t1, t2, t3, t4);
+             sink += t1(0, 0, 0) + t4(0, 0, 0);
          }},
     };
     if (!frames.empty()) {
