@@ -174,7 +174,8 @@ def summarise_warnings(source: str, caught) -> Warning | None:
 @main.command()
 @click.argument("source")
 @click.option("-a", "--algorithm", "algorithms", multiple=True, metavar="ALGO",
-              help="Algorithm to emit (repeatable; default: every registered one that emits).")
+              help="Algorithm to emit (repeatable; default: every registered one that emits, but those "
+                   "left out of the default set, such as idsva_so).")
 @click.option("--namespace", default="grid", show_default=True, help="C++ namespace of the header.")
 @click.option("--frame", "frames", multiple=True, metavar="NAME",
               help="Frame of the end-effector algorithms, in output order (repeatable; a link, joint or fixed "

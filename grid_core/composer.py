@@ -513,7 +513,8 @@ def _round_warp(x: int) -> int:
 
 
 def generate(robot, algorithms=None, *, registry=None, **options) -> str:
-    """The header for ``robot`` and the selected algorithms (default: every one that emits).
+    """The header for ``robot`` and the selected algorithms (default: every one that emits, but those
+    left out of the default set, such as ``idsva_so``: name them to build them).
 
     ``options`` are :class:`GenerateOptions`; ``registry`` another plugin registry than
     the installed one (tests).  Same inputs -> byte-identical output.
