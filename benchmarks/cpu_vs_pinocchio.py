@@ -58,6 +58,9 @@ PAIRS = {
     "framePlacements": (("end_effector_pose",), 0.5),
     "frameJacobians": (("end_effector_pose_gradient",), 0.5),
 }
+TIMED = tuple(dict.fromkeys(a for algorithms, _ in PAIRS.values() for a in algorithms))
+"""Our algorithms with a Pinocchio counterpart: the only ones built and timed (an algorithm without
+one, such as the operational-space inertia, which refuses hyq's lower legs, is left out)."""
 SECOND_ORDER_ROBOTS = ("iiwa14", "hyq")
 """The robots idsva_so (not in the default set) is timed on: its straight-line code walks every
 chain of columns (atlas's alone is 8.2 MB of C++; solo12's 3.8 MB took 265 s of host compilation),
@@ -117,13 +120,14 @@ def time_ours(robot, n: int, rounds: int, rng) -> dict:
 
     from grid_core.composer import resolve_algorithms
 
-    emitted = [a.name for a in resolve_algorithms(None)] + (["idsva_so"] if robot.name in SECOND_ORDER_ROBOTS else [])
+    emitted = [a.name for a in resolve_algorithms(None) if a.name in TIMED]
+    emitted += ["idsva_so"] if robot.name in SECOND_ORDER_ROBOTS else []
     handles = {t: grid_core.CpuHandle(robot, emitted, threads=t) for t in (1, 2)}
     q, qd, qdd = random_state(robot, rng, n)
     tau = rng.uniform(-1, 1, qd.shape)
     values = {"q": q, "qd": qd, "qdd": qdd, "tau": tau}
     result = {}
-    for name in handles[1]._emitted():
+    for name in [a for a in handles[1]._emitted() if a in TIMED]:
         alg = grid_core.algorithms()[name]
         args = [values[p.name] for p in alg.inputs(robot) if p.kind == "state" and not p.optional]
         fns = {t: getattr(h, name) for t, h in handles.items()}
