@@ -92,6 +92,7 @@ class HostArrays:
     """numpy arrays, and anything ``numpy.asarray`` takes (lists, scalars)."""
 
     immutable = False
+    tensors = False  # PyTorch tensors among the arrays (which may require grad)
 
     @staticmethod
     def describe(plan, port, x):
@@ -144,6 +145,8 @@ class TorchHost(HostArrays):
     """PyTorch tensors in host memory, numpy arrays among them: read in place as numpy arrays
     (converted first where of another dtype), tensors out."""
 
+    tensors = True
+
     @staticmethod
     def describe(plan, port, x):
         return _describe_torch(x) if is_torch(x) else HostArrays.describe(plan, port, x)
@@ -169,6 +172,7 @@ class DeviceArrays:
     ``__cuda_array_interface__`` or a CUDA ``__dlpack__`` (viewed through CuPy)."""
 
     immutable = False
+    tensors = True
 
     @staticmethod
     def describe(plan, port, x):
@@ -382,8 +386,9 @@ def _device_lean(backend, plan, args, out, n: int, protocol: int, array_type, dt
 
 
 def _torch_fits(x, shape, writable, tensor, tdtype, dev):
-    if type(x) is not tensor or x.dtype is not tdtype or x.get_device() != dev or not x.is_contiguous() or \
-            x.shape != shape:
+    # a tensor that requires grad: the checked path, which differentiates the call (.autograd_torch)
+    if type(x) is not tensor or x.dtype is not tdtype or x.requires_grad or x.get_device() != dev or \
+            not x.is_contiguous() or x.shape != shape:
         return None
     return x.data_ptr()
 

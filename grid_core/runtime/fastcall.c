@@ -21,7 +21,8 @@
  *   `stream`) or, with `stream` None, the packed entry as its template has it (PyTorch tensors
  *   in host memory, `device` -1, through the host entry): every array must be exactly of `type`,
  *   of `dtype`, on `device`, C-contiguous, (n, *shape) (n -1: (*shape)).
- *   protocol 0 (PyTorch): x.dtype is dtype, x.get_device(), x.is_contiguous(), x.data_ptr();
+ *   protocol 0 (PyTorch): x.dtype is dtype, x.get_device(), x.is_contiguous(), x.data_ptr(), and
+ *   not x.requires_grad (a tensor that does: the checked path, which differentiates the call);
  *   protocol 1 (CuPy): x.dtype == dtype, x.device.id, x.flags.c_contiguous, x.data.ptr.
  *
  * values(ins, in_shapes, configuration, nq, quaternions, lo, hi) -> int | None
@@ -167,7 +168,7 @@ static PyObject *host(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 enum { PROTOCOL_TORCH = 0, PROTOCOL_CUPY = 1 };
 
 static PyObject *s_dtype, *s_shape, *s_get_device, *s_is_contiguous, *s_data_ptr, *s_flags, *s_c_contiguous, *s_device,
-    *s_id, *s_data, *s_ptr;
+    *s_id, *s_data, *s_ptr, *s_requires_grad;
 
 /* shp (a tuple, or a subclass such as torch.Size) equals (n, *shape) (n -1: shape). */
 static int same_shape(PyObject *shp, Py_ssize_t n, PyObject *shape) {
@@ -202,6 +203,9 @@ static uintptr_t device_address(PyObject *x, int protocol, PyObject *type, PyObj
     shp = PyObject_GetAttr(x, s_shape);
     if (shp == NULL || !same_shape(shp, n, shape)) goto done;
     if (protocol == PROTOCOL_TORCH) {
+        PyObject *grad = PyObject_GetAttr(x, s_requires_grad);
+        Py_XDECREF(grad);
+        if (grad != Py_False) goto done;
         dev = PyObject_CallMethodNoArgs(x, s_get_device);
         contiguous = dev != NULL ? PyObject_CallMethodNoArgs(x, s_is_contiguous) : NULL;
     } else {
@@ -336,9 +340,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_grid_fastcall", NUL
 
 PyMODINIT_FUNC PyInit__grid_fastcall(void) {
     const char *names[] = {"dtype", "shape", "get_device", "is_contiguous", "data_ptr", "flags",
-                           "c_contiguous", "device", "id", "data", "ptr"};
+                           "c_contiguous", "device", "id", "data", "ptr", "requires_grad"};
     PyObject **slots[] = {&s_dtype, &s_shape, &s_get_device, &s_is_contiguous, &s_data_ptr, &s_flags,
-                          &s_c_contiguous, &s_device, &s_id, &s_data, &s_ptr};
+                          &s_c_contiguous, &s_device, &s_id, &s_data, &s_ptr, &s_requires_grad};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); ++i) {
         *slots[i] = PyUnicode_InternFromString(names[i]);
         if (*slots[i] == NULL) return NULL;

@@ -148,6 +148,7 @@ class JaxArrays:
     XLA FFI call, JAX arrays out."""
 
     immutable = True
+    tensors = False
 
     @staticmethod
     def describe(plan, port, x):

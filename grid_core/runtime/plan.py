@@ -96,6 +96,11 @@ class CallPlan:
         views, batch = self.check_states(adapter, xs)
         params = self.check_params(given)
         outs = self.check_out(adapter, out, batch)
+        if adapter.tensors:
+            from . import autograd_torch
+
+            if autograd_torch.wants_grad(views):  # tensors that require grad: the autograd operator
+                return autograd_torch.apply(backend, self, views, batch, params, outs)
         return self.run(backend, adapter, views, batch, params, outs, out)
 
     def adapter_of(self, backend, xs):

@@ -22,8 +22,9 @@ TORCH_F32 = object()  # a torch dtype is compared by identity
 class Tensor:
     """What fastcall.device reads of a torch.Tensor."""
 
-    def __init__(self, a, device=0, dtype=TORCH_F32):
+    def __init__(self, a, device=0, dtype=TORCH_F32, requires_grad=False):
         self.a, self.dtype, self.shape, self._device = a, dtype, a.shape, device
+        self.requires_grad = requires_grad
 
     def get_device(self):
         return self._device
@@ -98,6 +99,7 @@ def test_device_fastcall_declines_what_does_not_fit(iiwa, rng):
         "another type": ([q, Tensor(qd), Tensor(qdd)], [Tensor(tau)], T),
         "another dtype": ([Tensor(q, dtype=object()), *good[1:]], [Tensor(tau)], T),
         "another device": ([Tensor(q, device=1), *good[1:]], [Tensor(tau)], T),
+        "a tensor that requires grad": ([*good[:2], Tensor(qdd, requires_grad=True)], [Tensor(tau)], T),
         "not contiguous": ([Tensor(wide[:, ::2]), *good[1:]], [Tensor(tau)], T),
         "another batch": ([Tensor(q[:7]), *good[1:]], [Tensor(tau)], T),
         "a required input missing": (good[:2], [Tensor(tau)], T),

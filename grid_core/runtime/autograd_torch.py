@@ -1,0 +1,266 @@
+"""PyTorch autograd for the differentiable calls: each a ``torch.library`` operator
+``grid::<algorithm>`` with a fake (meta) implementation and an autograd formula, so it works
+eagerly and under ``torch.compile``.
+
+The backward of ``grid::<algorithm>`` is the operator ``grid::<algorithm>_vjp``: the output's
+gradient times the Jacobians of :mod:`.derivatives` (the generated gradient kernels, through the
+handle's gradient library: :func:`.derivatives.gradient_backend`), itself not differentiable (no
+second-order kernel yet: double backward raises).  A handle's methods take this road when a
+tensor given to them requires grad (under grad mode); :class:`TorchOps` calls the operators
+directly, which is what ``torch.compile(fullgraph=True)`` traces.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+
+import numpy as np
+
+from ..errors import InputError
+from . import adapters
+from .derivatives import RULES, Chart, Kernels, gradient_backend, vjps
+
+_HANDLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+"""handle key (the operators' first argument) -> backend"""
+_KEYS = itertools.count(1)
+_DEFINED: set[str] = set()
+_LOCK = threading.Lock()
+
+
+class _Torch:
+    """The wiring's namespace (:class:`.derivatives.Namespace`) for PyTorch tensors."""
+
+    @staticmethod
+    def einsum(spec, *xs):
+        import torch
+
+        return torch.einsum(spec, *xs)
+
+    @staticmethod
+    def repeat(x, k):
+        return x.repeat_interleave(k, dim=0)
+
+    @staticmethod
+    def const(a, like):
+        import torch
+
+        return torch.as_tensor(a, dtype=like.dtype, device=like.device)
+
+
+def key_of(backend) -> int:
+    """The handle's key: the first argument of its operators."""
+    key = backend.__dict__.get("_torch_key")
+    if key is None:
+        with _LOCK:
+            key = backend.__dict__.get("_torch_key")
+            if key is None:
+                key = backend.__dict__["_torch_key"] = next(_KEYS)
+                _HANDLES[key] = backend
+    return key
+
+
+def _schema(plan, vjp_of: bool) -> str:
+    states = ", ".join(f"Tensor{'?' if p.optional else ''} {p.name}" for p in plan.states)
+    params = "".join(f", Tensor {p.name}" for p in plan.params)  # float64 values, never differentiated
+    if vjp_of:
+        return f"(int handle, Tensor grad, {states}{params}, bool[] wanted) -> Tensor[]"
+    return f"(int handle, {states}{params}) -> Tensor"
+
+
+def _split(plan, args):
+    """The operator's arguments after the handle: states, then params (float64 tensors)."""
+    return list(args[:plan.n_state]), list(args[plan.n_state:plan.n_state + len(plan.params)])
+
+
+def _gravity(values):
+    return None if not values else values[0].detach().cpu().numpy()
+
+
+def define(plan) -> str:
+    """Define ``grid::<algorithm>`` and its ``_vjp`` (once per process); the qualified name."""
+    name = plan.name
+    qualname = f"grid::{name}"
+    with _LOCK:
+        if name in _DEFINED:
+            return qualname
+        import torch
+
+        rule = RULES[name]
+        out_ndim = len(plan.outs[0].shape)
+
+        def forward(handle, *args):
+            backend = _HANDLES[handle]
+            states, params = _split(plan, args)
+            kw = {p.name: v.detach().cpu().numpy() for p, v in zip(plan.params, params)}
+            with torch.no_grad():
+                out = getattr(backend, name)(*(None if x is None else x.detach() for x in states), **kw)
+            return out
+
+        def forward_fake(handle, *args):
+            states, _ = _split(plan, args)
+            q = states[0]
+            lead = tuple(q.shape[:q.dim() - len(plan.states[0].shape)])
+            # the output's shape is the robot's: the handle's own plan (``plan`` defined the schema only)
+            return q.new_empty((*lead, *_HANDLES[handle]._plan(_algorithm(name)).outs[0].shape))
+
+        def backward_op(handle, grad, *args):
+            backend = _HANDLES[handle]
+            gb = gradient_backend(backend)
+            states, params = _split(plan, args)
+            wanted_flags = args[-1]
+            names = [p.name for p in plan.states]
+            single = states[0].dim() == len(plan.states[0].shape)
+            x = {n: (s[None] if single else s).detach() for n, s in zip(names, states) if s is not None}
+            wanted = {n for n, w, s in zip(names, wanted_flags, states) if w and s is not None and n in rule.inputs}
+            kernels = Kernels(gb.robot, lambda alg, xs, gravity: _kernel(gb, alg, xs, gravity))
+            with torch.no_grad():
+                g = (grad[None] if single else grad).to(x["q"].dtype)
+                grads = vjps(rule, kernels, _Torch, x, _gravity(params), g, wanted, _chart(gb), out_ndim)
+            return [grad.new_empty(0) if n not in grads else (grads[n][0] if single else grads[n]).to(s.dtype)
+                    for n, s in zip(names, states)]
+
+        def backward_fake(handle, grad, *args):
+            states, _ = _split(plan, args)
+            return [grad.new_empty(0) if s is None or not w else s.new_empty(s.shape)
+                    for s, w in zip(states, args[-1])]
+
+        def setup_context(ctx, inputs, output):
+            ctx.handle = inputs[0]
+            ctx.args = inputs[1:]
+            ctx.save_for_backward(*(x for x in inputs[1:1 + plan.n_state] if x is not None))
+
+        def backward(ctx, grad):
+            saved = iter(ctx.saved_tensors)
+            states = [None if x is None else next(saved) for x in ctx.args[:plan.n_state]]
+            params = list(ctx.args[plan.n_state:])
+            needs = ctx.needs_input_grad[1:1 + plan.n_state]
+            wanted = [bool(w) and s is not None for w, s in zip(needs, states)]
+            grads = getattr(torch.ops.grid, f"{name}_vjp")(ctx.handle, grad, *states, *params, wanted)
+            return (None, *(gr if w else None for gr, w in zip(grads, wanted)), *(None for _ in params))
+
+        torch.library.define(qualname, _schema(plan, False))
+        torch.library.impl(qualname, ("cpu", "cuda"), forward)
+        torch.library.register_fake(qualname, forward_fake)
+        torch.library.define(f"{qualname}_vjp", _schema(plan, True))
+        torch.library.impl(f"{qualname}_vjp", ("cpu", "cuda"), backward_op)
+        torch.library.register_fake(f"{qualname}_vjp", backward_fake)
+        torch.library.register_autograd(qualname, backward, setup_context=setup_context)
+        torch.library.register_autograd(f"{qualname}_vjp", _no_second_order(name), setup_context=_keep_nothing)
+        _DEFINED.add(name)
+    return qualname
+
+
+def _keep_nothing(ctx, inputs, output):
+    pass
+
+
+def _no_second_order(name: str):
+    def backward(ctx, *grads):
+        raise NotImplementedError(f"{name}: no second derivative yet (double backward needs the second-order "
+                                  "kernels, not generated yet); differentiate once, or use finite differences")
+
+    return backward
+
+
+def _chart(backend) -> Chart:
+    chart = backend.__dict__.get("_chart")
+    if chart is None:
+        chart = backend.__dict__["_chart"] = Chart(backend.robot)
+    return chart
+
+
+def _kernel(backend, name, states, gravity):
+    kw = {} if gravity is None else {"gravity": gravity}
+    return getattr(backend, name)(*states, **kw)
+
+
+class TorchOps:
+    """The handle's differentiable methods as calls of its ``grid::`` operators, with the
+    handle's signatures (state inputs, ``gravity=``): single states or a batch ``(N, ...)`` (a
+    single state among a batch broadcast over it), tensors of any real dtype (converted to the
+    handle's, differentiably).  What ``torch.compile`` traces; the handle's own methods take the
+    same operators for tensors that require grad."""
+
+    def __init__(self, backend):
+        import torch
+
+        self._backend, self._key = backend, key_of(backend)
+        self._dtype = torch.float32 if backend.dtype == np.float32 else torch.float64
+        self._plans, self._defaults = {}, {}
+        for name in backend._emitted():
+            if name in RULES:
+                plan = backend._plan(_algorithm(name))
+                define(plan)
+                self._plans[name] = plan
+                for p, d in zip(plan.params, plan.defaults):
+                    self._defaults[(name, p.name)] = torch.as_tensor(np.asarray(p.default, dtype=np.float64))
+
+    def __getattr__(self, name: str):
+        plans = self.__dict__.get("_plans", {})
+        if name not in plans:
+            raise AttributeError(f"no differentiable method '{name}' on this handle "
+                                 f"(differentiable: {', '.join(plans) or 'none'})")
+        plan = plans[name]
+
+        def method(*args, **kwargs):
+            return self.call(plan, args, kwargs)
+
+        method.__name__ = name
+        return method
+
+    def call(self, plan, args, kwargs):
+        import torch
+
+        given = dict(zip([p.name for p in (*plan.states, *plan.params)], args))
+        given.update(kwargs)
+        states = [given.get(p.name) for p in plan.states]
+        lead = None
+        for x, p in zip(states, plan.states):
+            if x is not None and x.dim() == len(p.shape) + 1:
+                lead = x.shape[0]
+        xs = []
+        for x, p in zip(states, plan.states):
+            if x is not None:
+                x = x.to(self._dtype)
+                if lead is not None and x.dim() == len(p.shape):
+                    x = x.expand(lead, *p.shape)
+            xs.append(x)
+        params = [self._defaults[(plan.name, p.name)] if given.get(p.name) is None else
+                  torch.as_tensor(given[p.name], dtype=torch.float64) for p in plan.params]
+        return getattr(torch.ops.grid, plan.name)(self._key, *xs, *params)
+
+
+def _algorithm(name: str):
+    from ..hooks import registry
+
+    return registry().algorithms[name]
+
+
+def ops(backend) -> TorchOps:
+    """The handle's :class:`TorchOps`, made once."""
+    t = backend.__dict__.get("_torch_ops")
+    if t is None:
+        t = backend.__dict__["_torch_ops"] = TorchOps(backend)
+    return t
+
+
+def wants_grad(views) -> bool:
+    """Whether a call on these tensors is differentiated: grad mode on and an input requiring grad."""
+    import torch
+
+    return any(getattr(v, "requires_grad", False) for v in views) and torch.is_grad_enabled()
+
+
+def apply(backend, plan, views, batch, params, outs):
+    """A checked call whose tensors require grad, through the handle's operator."""
+    if plan.name not in RULES:
+        raise InputError(f"{plan.name}: no derivative is defined for it (differentiable: {', '.join(RULES)}); "
+                         "call it on tensors that do not require grad (detach them)")
+    if outs is not None:
+        raise InputError(f"{plan.name}: out= takes no gradient; call without out= on tensors that require grad")
+    import torch
+
+    kw = {p.name: v for p, v in zip(plan.params, params) if v is not None}
+    return ops(backend).call(plan, [v if v is None or adapters.is_torch(v) else torch.as_tensor(v) for v in views], kw)

@@ -1,0 +1,169 @@
+"""PyTorch autograd through the ``grid::`` operators (grid_core.runtime.autograd_torch): the
+analytic backward of every differentiable call held to finite differences by
+``torch.autograd.gradcheck`` in float64 on a fixed arm and two floating bases (the free-flyer
+chart: each quaternion coordinate perturbed on its own), the forward to the Reference, and the
+operators traced by ``torch.compile(fullgraph=True)``."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import grid_core  # noqa: E402
+from conftest import load  # noqa: E402
+from grid_core import Reference  # noqa: E402
+from grid_core.errors import InputError  # noqa: E402
+from grid_core.runtime import autograd_torch  # noqa: E402
+from grid_core.runtime.derivatives import RULES, gradient_backend  # noqa: E402
+
+ROBOTS = ["iiwa14", "go2", "g1"]
+# the differentiable calls and the kernels their backward calls: one library per robot
+ALGORITHMS = sorted(set(RULES) | {n for r in RULES.values() for n in r.needs})
+B = 2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """PyTorch's intra-op threads and the handle's workers spin on the same cores between calls
+    (the backward alternates the two): one torch thread here, a hundred times faster on 2 cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@functools.cache
+def cpu(name: str):
+    return grid_core.CpuHandle(load(name), ALGORITHMS, quiet=True)
+
+
+def inputs(name: str, alg: str, rng, n=B) -> dict:
+    """Random inputs of ``alg`` as float64 tensors requiring grad (f_ext given)."""
+    robot = load(name)
+    x = {"q": torch.tensor(robot.random_configuration(rng, n))}
+    for k in RULES[alg].inputs[1:]:
+        shape = (robot.num_bodies, 6) if k == "f_ext" else (robot.nv,)
+        x[k] = torch.tensor(rng.uniform(-1, 1, (n, *shape)))
+    return {k: v.requires_grad_() for k, v in x.items()}
+
+
+@pytest.mark.parametrize("alg", sorted(RULES))
+@pytest.mark.parametrize("name", ROBOTS)
+def test_gradcheck_against_finite_differences(name, alg, rng):
+    h = cpu(name)
+    x = inputs(name, alg, rng)
+    method = getattr(h, alg)
+    out = method(*x.values())
+    assert out.grad_fn is not None and out.dtype == torch.float64
+    expected = getattr(Reference(load(name)), alg)(*(v.detach().numpy() for v in x.values()))
+    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=0, atol=1e-9 * max(1.0, np.abs(expected).max()))
+    # g1's minv and crba (one backward per output element, 2 x 35 x 35 of them: 60 s here in full
+    # mode, which passes): the fast mode's random projections
+    fast = name == "g1" and alg in ("crba", "minv")
+    assert torch.autograd.gradcheck(method, tuple(x.values()), fast_mode=fast)
+
+
+def test_free_flyer_gradient_is_the_references_finite_difference(rng):
+    """The q gradient of inverse dynamics on go2 through the chart, against central differences
+    of the Reference in each of the 19 coordinates (a quaternion's included, unnormalised)."""
+    robot, h = load("go2"), cpu("go2")
+    x = {k: v[0].detach().requires_grad_() for k, v in inputs("go2", "inverse_dynamics", rng).items()}
+    w = torch.tensor(rng.normal(size=robot.nv))
+    (h.inverse_dynamics(*x.values()) @ w).backward()
+    ref, args = Reference(robot), [v.detach().numpy() for v in x.values()]
+    fd = np.zeros(robot.nq)
+    for i in range(robot.nq):
+        e = np.zeros(robot.nq)
+        e[i] = 1e-6
+        fd[i] = (ref.inverse_dynamics(args[0] + e, *args[1:]) - ref.inverse_dynamics(args[0] - e, *args[1:])) @ w.numpy()
+    fd /= 2e-6
+    np.testing.assert_allclose(x["q"].grad.numpy(), fd, rtol=1e-6, atol=1e-6)
+    # a change of the quaternion's norm moves nothing
+    i = robot.quaternion_indices[0]
+    assert abs(x["q"].grad[i:i + 4] @ x["q"].detach()[i:i + 4]) < 1e-9
+
+
+def test_single_state_broadcast_and_float32_inputs(rng):
+    h = cpu("go2")
+    x = inputs("go2", "forward_dynamics", rng)
+    q1 = x["q"][0].detach().requires_grad_()  # one state among a batch: its gradient sums over it
+    assert torch.autograd.gradcheck(lambda q, qd: h.forward_dynamics(q, qd, x["tau"]), (q1, x["qd"]))
+    assert torch.autograd.gradcheck(lambda q: h.end_effector_pose(q), (q1,))
+    # float32 tensors into the float64 handle: converted, differentiably
+    q32 = x["q"].detach().float().requires_grad_()
+    h.crba(q32).sum().backward()
+    assert q32.grad.dtype == torch.float32 and torch.isfinite(q32.grad).all()
+
+
+def test_grad_mode_and_refusals(rng):
+    h = cpu("iiwa14")
+    x = inputs("iiwa14", "inverse_dynamics", rng)
+    with torch.no_grad():
+        assert h.inverse_dynamics(*x.values()).grad_fn is None
+    plain = [v.detach() for v in x.values()]
+    assert h.inverse_dynamics(*plain).grad_fn is None
+    with pytest.raises(InputError, match="out= takes no gradient"):
+        h.inverse_dynamics(*x.values(), out=torch.empty(B, 7, dtype=torch.float64))
+    # the same checks as any call: a NaN names its argument
+    bad = x["qd"].detach().clone()
+    bad[1, 2] = float("nan")
+    with pytest.raises(InputError, match="'qd'"):
+        h.inverse_dynamics(x["q"], bad, x["qdd"])
+
+
+def test_double_backward_raises(rng):
+    h = cpu("iiwa14")
+    x = inputs("iiwa14", "inverse_dynamics", rng)
+    g, = torch.autograd.grad(h.inverse_dynamics(*x.values()).sum(), x["q"], create_graph=True)
+    with pytest.raises(NotImplementedError, match="no second derivative yet"):
+        g.sum().backward()
+
+
+def test_torch_compile_fullgraph(rng):
+    """The operators under torch.compile(fullgraph=True): Dynamo traces the call into one graph
+    (fake implementation: shapes; autograd formula: the backward graph), same values and
+    gradients as eager.  (``aot_eager``: the graphs traced as inductor's are, run without
+    generating code, which takes tens of seconds here.)"""
+    h = cpu("go2")
+    ops = autograd_torch.ops(h)
+    x = inputs("go2", "inverse_dynamics", rng)
+
+    def loss(q, qd, qdd, f_ext):
+        return (ops.inverse_dynamics(q, qd, qdd, f_ext) ** 2).sum() + ops.crba(q).sum()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    value = compiled(*x.values())
+    grads = torch.autograd.grad(value, list(x.values()))
+    eager = loss(*x.values())
+    expected = torch.autograd.grad(eager, list(x.values()))
+    assert torch.equal(value, eager)
+    for a, b in zip(grads, expected):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_handle_of_the_forward_op_builds_its_gradient_library(rng):
+    """The user lists the forward op only: the gradient library is built once, on the first
+    backward, and kept."""
+    h = grid_core.CpuHandle(load("iiwa14"), ["inverse_dynamics"], quiet=True)
+    x = inputs("iiwa14", "inverse_dynamics", rng)
+    assert "_gradient_backend" not in h.__dict__
+    assert torch.autograd.gradcheck(h.inverse_dynamics, tuple(x.values()))
+    gb = gradient_backend(h)
+    assert gb is not h and set(RULES["inverse_dynamics"].needs) <= set(gb._emitted())
+    assert gradient_backend(h) is gb and gradient_backend(cpu("iiwa14")) is cpu("iiwa14")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("alg", sorted(RULES))
+def test_gradcheck_on_cuda_tensors(alg, rng):
+    from grid_core.runtime import RobotHandle
+
+    h = RobotHandle(load("go2"), ALGORITHMS, np.float64, quiet=True)
+    x = {k: v.detach().cuda().requires_grad_() for k, v in inputs("go2", alg, rng).items()}
+    out = getattr(h, alg)(*x.values())
+    assert out.is_cuda and out.grad_fn is not None
+    assert torch.autograd.gradcheck(getattr(h, alg), tuple(x.values()))
