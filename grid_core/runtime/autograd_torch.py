@@ -12,6 +12,7 @@ directly, which is what ``torch.compile(fullgraph=True)`` traces.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 import weakref
@@ -20,7 +21,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import adapters
-from .derivatives import RULES, Chart, Kernels, gradient_backend, vjps
+from .derivatives import RULES, Kernels, Namespace, chart_of, gradient_backend, vjps
 
 _HANDLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 """handle key (the operators' first argument) -> backend"""
@@ -29,24 +30,13 @@ _DEFINED: set[str] = set()
 _LOCK = threading.Lock()
 
 
-class _Torch:
-    """The wiring's namespace (:class:`.derivatives.Namespace`) for PyTorch tensors."""
+@functools.cache
+def _namespace() -> Namespace:
+    """The wiring's namespace for PyTorch tensors."""
+    import torch
 
-    @staticmethod
-    def einsum(spec, *xs):
-        import torch
-
-        return torch.einsum(spec, *xs)
-
-    @staticmethod
-    def repeat(x, k):
-        return x.repeat_interleave(k, dim=0)
-
-    @staticmethod
-    def const(a, like):
-        import torch
-
-        return torch.as_tensor(a, dtype=like.dtype, device=like.device)
+    return Namespace(torch.einsum, lambda x, k: x.repeat_interleave(k, dim=0),
+                     lambda a, like: torch.as_tensor(a, dtype=like.dtype, device=like.device))
 
 
 def key_of(backend) -> int:
@@ -117,7 +107,7 @@ def define(plan) -> str:
             kernels = Kernels(gb.robot, lambda alg, xs, gravity: _kernel(gb, alg, xs, gravity))
             with torch.no_grad():
                 g = (grad[None] if single else grad).to(x["q"].dtype)
-                grads = vjps(rule, kernels, _Torch, x, _gravity(params), g, wanted, _chart(gb), out_ndim)
+                grads = vjps(rule, kernels, _namespace(), x, _gravity(params), g, wanted, chart_of(gb), out_ndim)
             return [grad.new_empty(0) if n not in grads else (grads[n][0] if single else grads[n]).to(s.dtype)
                     for n, s in zip(names, states)]
 
@@ -162,13 +152,6 @@ def _no_second_order(name: str):
                                   "kernels, not generated yet); differentiate once, or use finite differences")
 
     return backward
-
-
-def _chart(backend) -> Chart:
-    chart = backend.__dict__.get("_chart")
-    if chart is None:
-        chart = backend.__dict__["_chart"] = Chart(backend.robot)
-    return chart
 
 
 def _kernel(backend, name, states, gravity):

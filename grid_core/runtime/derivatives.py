@@ -49,6 +49,7 @@ for _i, _j, _k in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
     LEVI_CIVITA[_i, _j, _k], LEVI_CIVITA[_i, _k, _j] = 1.0, -1.0
 
 
+@attrs.frozen
 class Namespace:
     """What the wiring needs of a framework: ``einsum``, ``repeat(x, k)`` (each state ``k``
     times along the batch axis) and ``const(a, like)`` (a numpy array as an array of ``like``'s
@@ -260,6 +261,14 @@ def jvp(J, t, out_ndim: int):
     """``J`` (``(B, *out, *in)``) times ``t`` (``(B, *in)``): ``(B, *out)``."""
     b, outer, inner = J.shape[0], J.shape[1:1 + out_ndim], J.shape[1 + out_ndim:]
     return (J.reshape(b, math.prod(outer), math.prod(inner)) @ t.reshape(b, math.prod(inner), 1)).reshape(b, *outer)
+
+
+def chart_of(backend) -> Chart:
+    """The backend's robot's :class:`Chart`, made once."""
+    chart = backend.__dict__.get("_chart")
+    if chart is None:
+        chart = backend.__dict__["_chart"] = Chart(backend.robot)
+    return chart
 
 
 def gradient_backend(backend):

@@ -5,8 +5,9 @@ whose handler (``jax_ffi.cc``) calls the library's packed device entry on XLA's 
 with XLA's buffers: no copy, no synchronisation, and the call composes with the rest of a
 JAX program.  It works eagerly and under ``jax.jit`` and ``jax.vmap`` (a vmapped call is
 one larger batch).  Params (``gravity``, ``dt``) are attributes of the call, so under
-``jax.jit`` they must be concrete values, not traced ones.  No derivative rule is defined:
-``jax.grad`` through a call raises JAX's own error.
+``jax.jit`` they must be concrete values, not traced ones.  The differentiable algorithms
+carry first-order derivative rules (:mod:`.jax_rules`: ``jax.grad``, ``jax.jacfwd``,
+``jax.jacrev``); ``jax.grad`` through another raises JAX's own error.
 
 The call plan (:mod:`.plan`) judges JAX arrays as it judges the others, through
 :data:`JAX`: eagerly before the call, and when JAX traces it (shapes and dtypes, under
@@ -31,6 +32,7 @@ import numpy as np
 
 from .. import buildcache
 from ..errors import BuildError, InputError
+from . import jax_rules
 from .adapters import DECLINED, HostArrays
 
 TARGET = "grid_rbd_call"
@@ -87,12 +89,13 @@ def _param_values(plan, params) -> tuple[float, ...]:
     return tuple(values)
 
 
-def _function(backend, plan, present: tuple[bool, ...], params: tuple[float, ...]):
+def _function(backend, plan, present: tuple[bool, ...], params: tuple[float, ...], raw: bool = False):
     """The jitted call of one algorithm for one set of present inputs, params and launch
     settings, cached on the backend.  Its arguments are judged by the plan while JAX traces
     it, which happens once per shape and dtype signature: a later call with the same signature
-    costs only JAX's own dispatch."""
-    key = (plan.name, present, params, backend._launch_of(plan.name))
+    costs only JAX's own dispatch.  The FFI call carries the algorithm's derivative rule
+    (:mod:`.jax_rules`), none when ``raw``."""
+    key = (plan.name, present, params, backend._launch_of(plan.name), raw)
     cache = backend.__dict__.setdefault("_jax_functions", {})
     fn = cache.get(key)
     if fn is not None:
@@ -128,11 +131,22 @@ def _function(backend, plan, present: tuple[bool, ...], params: tuple[float, ...
                 v = jnp.broadcast_to(v, (*lead, *p.shape))  # a single state among a batch: over it
                 converted.append(v if v.dtype == dtype else v.astype(dtype))
         results = [jax.ShapeDtypeStruct((*lead, *s), dtype) for s in plan.out_shapes]
-        values = jax.ffi.ffi_call(TARGET, results, vmap_method="broadcast_all")(*converted, **attrs)
-        return values[0] if len(values) == 1 else tuple(values)
+        ffi = jax.ffi.ffi_call(TARGET, results, vmap_method="broadcast_all")
+
+        def core(*arrays):
+            values = ffi(*arrays, **attrs)
+            return values[0] if len(values) == 1 else tuple(values)
+
+        if not raw:
+            core = jax_rules.differentiable(backend, plan, present, params, core, _function_raw)
+        return core(*converted)
 
     fn = cache[key] = jax.jit(call)
     return fn
+
+
+def _function_raw(backend, plan, present, params):
+    return _function(backend, plan, present, params, raw=True)
 
 
 def _check_mode(backend, plan) -> None:

@@ -94,13 +94,7 @@ def cpu(go2):
     return handle
 
 
-@pytest.fixture(scope="module", autouse=True)
-def x64():
-    """JAX's 64-bit mode (a float64 handle needs it), restored after."""
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", before)
+pytestmark = pytest.mark.usefixtures("x64")  # JAX's 64-bit mode, a float64 handle needs it
 
 
 def good(robot, rng) -> dict:

@@ -24,15 +24,6 @@ def robot(request):
     return load(request.param)
 
 
-@pytest.fixture(scope="module")
-def x64():
-    """JAX's 64-bit mode for one module's float64 checks (restored after)."""
-    before = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", before)
-
-
 def _handle(robot, dtype):
     h = Emulated(robot, ["inverse_dynamics"], dtype)
     h.set_poison(True)
