@@ -4,11 +4,13 @@
 // the packed device entry (grid_abi_X_f32_packed ...), resolved once with dlopen/dlsym.
 //
 //   grid_ffi_call_cuda   XLA:GPU, on XLA's stream; the library must be a CUDA build
-//   grid_ffi_call_host   XLA:CPU; the library must be a host-emulation build (tests, CI)
+//   grid_ffi_call_host   XLA:CPU; the library must be a host-emulation build (tests, CI);
+//                        each call recorded with its device, when asked (grid_ffi_record)
 //
 // Built by grid_core.runtime.jax_ffi against the headers jaxlib ships (jax.ffi.include_dir()).
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -173,11 +175,24 @@ ffi::Error call_cuda(cudaStream_t stream, ffi::RemainingArgs args, ffi::Remainin
                 param_sizes, launch);
 }
 
-ffi::Error call_host(ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view library,
+// The record of host calls (tests: which device ran which batch), off unless asked for.
+std::mutex record_lock;
+bool recording = false;
+std::vector<int64_t> record;  // device ordinal, batch size, per call
+
+ffi::Error call_host(int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets, std::string_view library,
                      std::string_view symbol, int64_t itemsize, ffi::Span<const int64_t> inputs,
                      ffi::Span<const int64_t> input_sizes, ffi::Span<const int64_t> output_sizes,
                      ffi::Span<const double> params, ffi::Span<const int64_t> param_sizes,
                      ffi::Span<const int64_t> launch) {
+    {
+        std::lock_guard<std::mutex> guard(record_lock);
+        if (recording && inputs.size() > 0 && rets.size() > 0 && output_sizes[0] > 0) {
+            auto out = rets.get<ffi::AnyBuffer>(0);
+            record.push_back(device);
+            record.push_back(out.has_error() ? -1 : int64_t((*out)->element_count()) / output_sizes[0]);
+        }
+    }
     return call(nullptr, kHost, args, rets, library, symbol, itemsize, inputs, input_sizes, output_sizes, params,
                 param_sizes, launch);
 }
@@ -202,4 +217,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(grid_ffi_call_cuda, call_cuda,
                                   .RemainingRets() GRID_FFI_ATTRS);
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(grid_ffi_call_host, call_host,
-                              ffi::Ffi::Bind().RemainingArgs().RemainingRets() GRID_FFI_ATTRS);
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::DeviceOrdinal>()
+                                  .RemainingArgs()
+                                  .RemainingRets() GRID_FFI_ATTRS);
+
+// Start (on != 0: cleared) or stop recording the host calls; copy up to `max` calls of the
+// record, (device ordinal, batch size) each, into `out`; the number of calls recorded.
+extern "C" int64_t grid_ffi_record(int on, int64_t *out, int64_t max) {
+    std::lock_guard<std::mutex> guard(record_lock);
+    if (on >= 0) {
+        if (on) record.clear();
+        recording = on != 0;
+    }
+    const int64_t calls = int64_t(record.size() / 2);
+    for (int64_t k = 0; k < 2 * std::min(calls, max); ++k) out[k] = record[size_t(k)];
+    return calls;
+}

@@ -23,6 +23,7 @@ without a GPU).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import threading
@@ -77,7 +78,38 @@ def register() -> None:
         # (a CPU-only jaxlib takes the CUDA registration too, keeping it for a plugin it lacks)
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.grid_ffi_call_host), platform="cpu")
         jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.grid_ffi_call_cuda), platform="CUDA")
+        lib.grid_ffi_record.restype = ctypes.c_int64
+        lib.grid_ffi_record.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64]
         _state["lib"] = lib
+
+
+@contextlib.contextmanager
+def recorded_host_calls():
+    """Record the calls XLA:CPU makes of the handler, in this process, while the block runs:
+    yields a list that holds, after the block, ``(device id, batch size)`` per call, in the
+    order they ran (which device ran which shard of a sharded batch; tests)."""
+    register()
+    lib, calls = _state["lib"], []
+    lib.grid_ffi_record(1, None, 0)
+    try:
+        yield calls
+    finally:
+        n = lib.grid_ffi_record(0, None, 0)
+        out = (ctypes.c_int64 * (2 * n))()
+        lib.grid_ffi_record(-1, out, n)
+        calls += [(int(out[2 * k]), int(out[2 * k + 1])) for k in range(n)]
+
+
+def shard_batch(fn, mesh, axis: str):
+    """``fn`` (a handle's method, or any function of batched arrays) on arrays whose batch
+    axis is sharded over ``mesh``'s axis ``axis``: each device calls ``fn`` on its own shard
+    (``jax.shard_map``), no gather; the output sharded the same way.  Under ``jax.jit``,
+    ``jax.grad`` and the rest as ``fn`` itself; every argument carries the batch axis."""
+    import jax
+    from jax.sharding import PartitionSpec
+
+    # check_vma off: the FFI call has no replication rule; every operand is split on one axis
+    return jax.shard_map(fn, mesh=mesh, in_specs=PartitionSpec(axis), out_specs=PartitionSpec(axis), check_vma=False)
 
 
 def _param_values(plan, params) -> tuple[float, ...]:
