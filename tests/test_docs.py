@@ -119,8 +119,8 @@ def test_inverse_dynamics_page_has_the_signatures_and_the_arena(site_html):
 
 
 def test_guides_reference_and_benchmarks(site_html):
-    for page in ("index", "guides/quickstart", "guides/inline_cuda", "guides/plugin", "reference/api",
-                 "reference/hooks", "reference/cli", "benchmarks"):
+    for page in ("index", "guides/quickstart", "guides/inline_cuda", "guides/training", "guides/plugin",
+                 "reference/api", "reference/hooks", "reference/cli", "benchmarks"):
         assert (site_html / f"{page}.html").is_file(), page
     hooks = page_text(site_html / "reference" / "hooks.html")
     assert "grid_register_algorithms" in hooks and "Return a list of" in hooks  # the hookspec docstrings
@@ -137,6 +137,19 @@ def test_guides_reference_and_benchmarks(site_html):
         assert (site_html / "_generated" / "reference_timings.html").is_file()
     # math renders without network: MathJax ships inside the site
     assert (site_html / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+def test_the_training_guide_ran_its_examples(site_html):
+    """Dynamics in a training loop: the PyTorch and JAX examples ran while the docs built (both
+    frameworks are test extras), and their gradients did their job: the policy's loss fell, the
+    reaching distance shrank below 2 cm."""
+    text = page_text(site_html / "guides" / "training.html")
+    assert "What it printed when this page was built" in text and "Not run" not in text
+    losses = [float(x) for x in re.findall(r"step +\d+  loss (\S+)", text)]
+    assert len(losses) == 4 and losses[-1] < 0.2 * losses[0], losses
+    distances = [float(x) for x in re.findall(r"mean distance (\S+) m", text)]
+    assert len(distances) == 5 and distances[-1] < 2e-2 < distances[0], distances
+    assert "guides/training.html" in (site_html / "index.html").read_text()
 
 
 def _squeeze(text: str) -> str:

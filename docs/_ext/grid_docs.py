@@ -17,6 +17,8 @@ optional reference-timings page.
 * ``grid-optional-toctree``: a toctree that keeps only the entries whose document
   exists, so an optional page is linked when present and a build without it stays
   free of warnings.
+* ``grid-run-example``: a script of ``examples/``, its source and its output, run while the
+  docs build (the training guide's PyTorch and JAX examples).
 """
 
 from __future__ import annotations
@@ -582,10 +584,41 @@ class BackendTable(Directive):
         return node.children
 
 
+class RunExample(Directive):
+    """``grid-run-example:: examples/x.py``: a script of the repository, its source and what it
+    prints, run while the docs build (a failing script fails the build).  ``:needs:`` names the
+    modules it imports beyond GRiD's own; where one is not installed the page says so instead of
+    running it."""
+
+    required_arguments = 1
+    option_spec = {"needs": lambda text: (text or "").split()}
+
+    def run(self):
+        import subprocess
+        import sys
+
+        env = self.state.document.settings.env
+        path = Path(env.config.grid_docs_root) / self.arguments[0]
+        env.note_dependency(str(path))
+        code = nodes.literal_block(text=path.read_text().rstrip("\n"), language="python")
+        missing = [m for m in self.options.get("needs", []) if importlib.util.find_spec(m) is None]
+        if missing:
+            logger.info(f"grid-run-example: {self.arguments[0]} not run ({', '.join(missing)} not installed)")
+            said = f"Not run in this build of the documentation: {', '.join(missing)} is not installed."
+            return [code, nodes.paragraph(text=said)]
+        proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=900,
+                              cwd=env.config.grid_docs_root)
+        if proc.returncode != 0:
+            raise self.error(f"{self.arguments[0]} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        out = nodes.literal_block(text=proc.stdout.rstrip("\n"), language="none")
+        return [code, nodes.paragraph(text="What it printed when this page was built:"), out]
+
+
 def setup(app):
     app.add_config_value("grid_docs_root", "..", "env")
     app.add_directive("grid-optional-toctree", OptionalTocTree)
     app.add_directive("grid-backend-table", BackendTable)
+    app.add_directive("grid-run-example", RunExample)
     app.connect("builder-inited", _builder_inited)
     app.connect("env-get-outdated", _always_reread)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

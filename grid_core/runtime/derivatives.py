@@ -175,12 +175,13 @@ derivatives: no second-order kernel yet)."""
 
 
 class Chart:
-    """The derivative of the tangent coordinates with respect to the coordinates of q.  A one-coordinate joint is its own column.  A free-flyer
-    ``(p, quat)`` (``quat = (x, y, z, w)``): the tangent ``(dv, dw)`` moves ``p`` by ``R dv`` and
-    rotates by ``R exp(dw)``, ``R`` the rotation of ``quat / |quat|``, so ``d/dp = d/dv R^T`` and
-    ``d/dquat = d/dw E`` with ``E dquat = 2 vec(conj(quat) dquat) / |quat|^2`` (quaternion
-    product): ``E = 2 [w I + [v]x^T | -v] / |quat|^2``, ``v = (x, y, z)``; a change of the
-    quaternion's norm moves nothing."""
+    """The derivative of the tangent coordinates with respect to the coordinates of q.  A
+    one-coordinate joint is its own column.  A free-flyer ``(p, quat)``, ``quat = (x, y, z, w)``:
+    the tangent ``(dv, dw)`` moves ``p`` by ``R dv`` and rotates by ``R exp(dw)``, ``R`` the
+    rotation of ``quat / |quat|``, so ``d/dp = d/dv R^T`` and ``d/dquat = d/dw E`` with
+    ``E dquat = 2 vec(conj(quat) dquat) / |quat|^2`` (quaternion product):
+    ``E = 2 [w I + [v]x^T | -v] / |quat|^2``, ``v = (x, y, z)``; a change of the quaternion's norm
+    moves nothing."""
 
     def __init__(self, robot):
         self.nq, self.nv = robot.nq, robot.nv

@@ -25,7 +25,8 @@ def _namespace() -> Namespace:
     """The wiring's namespace for JAX arrays."""
     import jax.numpy as jnp
 
-    return Namespace(jnp.einsum, lambda x, k: jnp.repeat(x, k, axis=0), lambda a, like: jnp.asarray(a, dtype=like.dtype))
+    return Namespace(jnp.einsum, lambda x, k: jnp.repeat(x, k, axis=0),
+                     lambda a, like: jnp.asarray(a, dtype=like.dtype))
 
 
 def differentiable(backend, plan, present, params, core, raw):

@@ -37,6 +37,13 @@ def one_torch_thread():
 
 
 @functools.cache
+def gpu_handle():
+    from grid_core.runtime import RobotHandle
+
+    return RobotHandle(load("iiwa14"), ALGORITHMS, np.float64, quiet=True)
+
+
+@functools.cache
 def cpu(name: str):
     return grid_core.CpuHandle(load(name), ALGORITHMS, quiet=True)
 
@@ -72,14 +79,14 @@ def test_free_flyer_gradient_is_the_references_finite_difference(rng):
     of the Reference in each of the 19 coordinates (a quaternion's included, unnormalised)."""
     robot, h = load("go2"), cpu("go2")
     x = {k: v[0].detach().requires_grad_() for k, v in inputs("go2", "inverse_dynamics", rng).items()}
-    w = torch.tensor(rng.normal(size=robot.nv))
-    (h.inverse_dynamics(*x.values()) @ w).backward()
+    w = rng.normal(size=robot.nv)
+    (h.inverse_dynamics(*x.values()) @ torch.tensor(w)).backward()
     ref, args = Reference(robot), [v.detach().numpy() for v in x.values()]
     fd = np.zeros(robot.nq)
     for i in range(robot.nq):
         e = np.zeros(robot.nq)
         e[i] = 1e-6
-        fd[i] = (ref.inverse_dynamics(args[0] + e, *args[1:]) - ref.inverse_dynamics(args[0] - e, *args[1:])) @ w.numpy()
+        fd[i] = (ref.inverse_dynamics(args[0] + e, *args[1:]) - ref.inverse_dynamics(args[0] - e, *args[1:])) @ w
     fd /= 2e-6
     np.testing.assert_allclose(x["q"].grad.numpy(), fd, rtol=1e-6, atol=1e-6)
     # a change of the quaternion's norm moves nothing
@@ -160,10 +167,8 @@ def test_a_handle_of_the_forward_op_builds_its_gradient_library(rng):
 @pytest.mark.gpu
 @pytest.mark.parametrize("alg", sorted(RULES))
 def test_gradcheck_on_cuda_tensors(alg, rng):
-    from grid_core.runtime import RobotHandle
-
-    h = RobotHandle(load("go2"), ALGORITHMS, np.float64, quiet=True)
-    x = {k: v.detach().cuda().requires_grad_() for k, v in inputs("go2", alg, rng).items()}
+    h = gpu_handle()
+    x = {k: v.detach().cuda().requires_grad_() for k, v in inputs("iiwa14", alg, rng).items()}
     out = getattr(h, alg)(*x.values())
     assert out.is_cuda and out.grad_fn is not None
     assert torch.autograd.gradcheck(getattr(h, alg), tuple(x.values()))

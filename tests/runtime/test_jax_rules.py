@@ -29,6 +29,13 @@ pytestmark = pytest.mark.usefixtures("x64")
 
 
 @functools.cache
+def gpu_handle():
+    from grid_core.runtime import RobotHandle
+
+    return RobotHandle(load("iiwa14"), ALGORITHMS, np.float64, quiet=True)
+
+
+@functools.cache
 def cpu(name: str):
     return grid_core.CpuHandle(load(name), ALGORITHMS, quiet=True)
 
@@ -99,3 +106,15 @@ def test_no_second_derivative(rng):
     # the tangent's kernels carry no rule (no second-order kernel yet): JAX's own refusal
     with pytest.raises(ValueError, match="cannot be differentiated"):
         jax.hessian(lambda a: jnp.sum(h.inverse_dynamics(a, qd, qdd)))(q)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("alg", sorted(RULES))
+def test_check_grads_on_the_gpu(alg, rng):
+    """The same rules on XLA:GPU with a RobotHandle: the FFI calls on XLA's stream."""
+    gpu = next((d for d in jax.devices() if d.platform == "gpu"), None)
+    if gpu is None:
+        pytest.skip("no JAX GPU device")
+    h = gpu_handle()
+    x = [jax.device_put(a, gpu) for a in inputs("iiwa14", alg, rng)]
+    check_grads(getattr(h, alg), tuple(x), order=1, modes=("fwd", "rev"))
