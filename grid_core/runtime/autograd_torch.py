@@ -230,10 +230,13 @@ def ops(backend) -> TorchOps:
 
 
 def wants_grad(views) -> bool:
-    """Whether a call on these tensors is differentiated: grad mode on and an input requiring grad."""
+    """Whether a call on these arrays is differentiated: a tensor among them that requires grad,
+    under grad mode (PyTorch is not imported for arrays of other kinds: CuPy's)."""
+    if not any(getattr(v, "requires_grad", False) for v in views):
+        return False
     import torch
 
-    return any(getattr(v, "requires_grad", False) for v in views) and torch.is_grad_enabled()
+    return torch.is_grad_enabled()
 
 
 def apply(backend, plan, views, batch, params, outs):

@@ -108,8 +108,13 @@ def shard_batch(fn, mesh, axis: str):
     import jax
     from jax.sharding import PartitionSpec
 
-    # check_vma off: the FFI call has no replication rule; every operand is split on one axis
-    return jax.shard_map(fn, mesh=mesh, in_specs=PartitionSpec(axis), out_specs=PartitionSpec(axis), check_vma=False)
+    specs = {"mesh": mesh, "in_specs": PartitionSpec(axis), "out_specs": PartitionSpec(axis)}
+    # the check off: the FFI call has no replication rule; every operand is split on one axis
+    if hasattr(jax, "shard_map"):
+        return jax.shard_map(fn, check_vma=False, **specs)
+    from jax.experimental.shard_map import shard_map  # JAX before 0.7
+
+    return shard_map(fn, check_rep=False, **specs)
 
 
 def _param_values(plan, params) -> tuple[float, ...]:
