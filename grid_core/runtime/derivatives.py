@@ -202,22 +202,19 @@ class Chart:
         out = xp.const(self.base[None], q)
         for qi, vi in self.free:
             quat = q[:, qi + 3:qi + 7]
-            v, w = quat[:, :3], quat[:, 3]
-            n2 = xp.einsum("bi,bi->b", quat, quat)
+            v, w = quat[:, :3], quat[:, 3, None, None]
+            n2 = (quat * quat).sum(-1)[:, None, None]
             eye, eps = xp.const(np.eye(3), q), xp.const(LEVI_CIVITA, q)
+            vx = -(eps @ v[:, None, :, None])[..., 0]  # [v]x
             # R of the normalised quaternion: ((w^2 - v.v) I + 2 v v^T + 2 w [v]x) / |quat|^2
-            R = (xp.einsum("b,ij->bij", w * w - xp.einsum("bi,bi->b", v, v), eye) +
-                 2 * xp.einsum("bi,bj->bij", v, v) - 2 * xp.einsum("b,ijc,bc->bij", w, eps, v))
-            R = xp.einsum("bij,b->bij", R, 1 / n2)
-            block = xp.einsum("b,ij->bij", w, eye) + xp.einsum("ijc,bc->bij", eps, v)  # w I + [v]x^T
-            E = 2 * xp.einsum("bik,b->bik", xp.einsum("bij,jk->bik", block, xp.const(np.eye(3, 4), q)) -
-                              xp.einsum("bi,k->bik", v, xp.const(np.eye(4)[3], q)), 1 / n2)
+            R = ((w * w - (v * v).sum(-1)[:, None, None]) * eye + 2 * v[:, :, None] * v[:, None, :] + 2 * w * vx) / n2
+            E = 2 * ((w * eye - vx) @ xp.const(np.eye(3, 4), q) - v[:, :, None] * xp.const(np.eye(4)[3], q)) / n2
             pick_p, pick_quat = np.zeros((3, self.nq)), np.zeros((4, self.nq))
             pick_p[:, qi:qi + 3], pick_quat[:, qi + 3:qi + 7] = np.eye(3), np.eye(4)
             at_v, at_w = np.zeros((self.nv, 3)), np.zeros((self.nv, 3))
             at_v[vi:vi + 3], at_w[vi + 3:vi + 6] = np.eye(3), np.eye(3)
-            out = out + xp.einsum("va,bca,cq->bvq", xp.const(at_v, q), R, xp.const(pick_p, q)) + \
-                xp.einsum("va,bak,kq->bvq", xp.const(at_w, q), E, xp.const(pick_quat, q))
+            out = out + xp.const(at_v, q) @ R.swapaxes(-1, -2) @ xp.const(pick_p, q) + \
+                xp.const(at_w, q) @ E @ xp.const(pick_quat, q)
         return out
 
 
