@@ -12,6 +12,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.arena import spill_ladder
+from grid_core.derivatives import ZERO_GRAVITY, Rule
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
@@ -225,6 +226,18 @@ class CrbaEmitter(Emitter):
         return [layers.locals(), *scope.body()]
 
 
+def _jacobians(kernels, x, gravity, wanted):
+    """``dM/dq``, ``(B, nv, nv, nv)`` (``[i, j, k] = dM_ij/dq_k``): ``M(q) e_j = ID(q, 0, e_j)`` with
+    gravity off, so column ``j`` is the inverse-dynamics gradient's ``dtau/dq`` at ``qd = 0``,
+    ``qdd = e_j``, gravity off."""
+    q, xp = x["q"], kernels.xp
+    b, nv = q.shape[0], kernels.robot.nv
+    zero = xp.const(np.zeros((b * nv, nv)), q)
+    dq, _ = kernels("inverse_dynamics_gradient", xp.repeat(q, nv), zero, kernels.basis(b, (nv,), q), None,
+                    gravity=ZERO_GRAVITY)
+    return {"q": xp.einsum("bjik->bijk", dq.reshape(b, nv, nv, nv))}
+
+
 class CRBA(Algorithm):
     name = "crba"
     summary = "joint-space inertia matrix M(q) by the composite rigid body algorithm"
@@ -260,6 +273,7 @@ rows and columns (so :math:`M = G^T M_r G` for the relaxed inertia :math:`M_r`).
               "the memory floor): benchmarks/results/experiments/README.md",
     )
     emitter = CrbaEmitter
+    derivatives = Rule(("q",), ("inverse_dynamics_gradient",), _jacobians)
 
     def inputs(self, robot: Robot):
         return (Port("q", (robot.nq,), "joint configuration"),)

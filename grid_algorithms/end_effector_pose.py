@@ -22,6 +22,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import frame_inputs
 from grid_core.arena import spill_ladder
+from grid_core.derivatives import LEVI_CIVITA, Rule
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
@@ -156,6 +157,23 @@ class EndEffectorPoseEmitter(Emitter):
         return [layers.locals([steps.arr]), *scope.body()]
 
 
+_EMBED_R = np.eye(4, 3)  # 3 rows into 4
+_EMBED_C = np.eye(3, 4)
+_LAST = np.eye(4)[3]
+
+
+def _jacobians(kernels, x, gravity, wanted):
+    """From the frame Jacobians (``end_effector_pose_gradient``, rows ``[linear; angular]`` in
+    world-aligned axes): ``dp/dq = J[:3]``, ``dR/dq_j = skew(J[3:, j]) R``."""
+    q, xp = x["q"], kernels.xp
+    T, J = kernels("end_effector_pose", q), kernels("end_effector_pose_gradient", q)
+    eps, E, C, e4 = (xp.const(a, q) for a in (LEVI_CIVITA, _EMBED_R, _EMBED_C, _LAST))
+    # skew(w) R, skew(w)[x, y] = -eps[x, y, z] w[z]
+    dR = -xp.einsum("xyz,bfzj,bfyd->bfxdj", eps, J[:, :, 3:], T[:, :, :3, :3])
+    dT = xp.einsum("rx,bfxdj,dc->bfrcj", E, dR, C) + xp.einsum("rx,bfxj,c->bfrcj", E, J[:, :, :3], e4)
+    return {"q": dT}
+
+
 class EndEffectorPose(Algorithm):
     name = "end_effector_pose"
     summary = "world pose of chosen frames (default: the leaf frames), (n_frames, 4, 4) homogeneous"
@@ -165,6 +183,7 @@ kinematics) composed with the frame's fixed placement in that body.
 """
     depends_on = ("forward_kinematics",)
     emitter = EndEffectorPoseEmitter
+    derivatives = Rule(("q",), ("end_effector_pose", "end_effector_pose_gradient"), _jacobians)
     review = ParallelismReview(
         P1=done("block layout: the supporting bodies' world frames are composed root to leaves level by "
                 "level, the bodies of a level in parallel (one warp each, one barrier per level)"),

@@ -16,6 +16,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import callee_rung, spill_ladder
+from grid_core.derivatives import Rule
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter, LayerOptions
 from grid_core.emit.expr import Scope, sum_terms
@@ -121,6 +122,22 @@ def _method(layers) -> str:
     return layers.ctx.algorithm_options.method
 
 
+def _jacobians(kernels, x, gravity, wanted):
+    """``dqdd/dq``, ``dqdd/dqd``: the forward-dynamics gradient's; ``dqdd/dtau = Minv``; ``qdd =
+    Minv (tau - ID(q, qd, 0, f_ext))``, so ``dqdd/df_ext = -Minv dtau/df_ext``, inverse dynamics'
+    Jacobian in ``f_ext`` (its rule, by name)."""
+    J = {}
+    if wanted & {"q", "qd"}:
+        J["q"], J["qd"] = kernels("forward_dynamics_gradient", x["q"], x["qd"], x["tau"], x.get("f_ext"),
+                                  gravity=gravity)
+    if wanted & {"tau", "f_ext"}:
+        J["tau"] = kernels("minv", x["q"])
+    if "f_ext" in wanted:
+        J["f_ext"] = -kernels.xp.einsum("bij,bjkc->bikc", J["tau"],
+                                        kernels.jacobian("inverse_dynamics", "f_ext", {"q": x["q"]}))
+    return J
+
+
 class ForwardDynamics(Algorithm):
     name = "forward_dynamics"
     summary = "joint accelerations qdd = Minv(q) (tau - ID(q, qd, 0, f_ext)), composed (or by ABA)"
@@ -131,6 +148,9 @@ class ForwardDynamics(Algorithm):
 """
     depends_on = ("minv", "inverse_dynamics", "aba")
     emitter = ForwardDynamicsEmitter
+    derivatives = Rule(("q", "qd", "tau", "f_ext"), ("forward_dynamics_gradient", "minv", "inverse_dynamics"),
+                       _jacobians)
+    """The f_ext column calls inverse dynamics' rule, whose f_ext Jacobian calls ``inverse_dynamics``."""
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: the recursions are its callees' (minv's and "
                           "inverse_dynamics', or aba's: see their reviews)"),

@@ -12,6 +12,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import spill_ladder
+from grid_core.derivatives import ZERO_GRAVITY, Rule
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
@@ -243,6 +244,32 @@ class InverseDynamicsEmitter(Emitter):
         return [*ss.gravity_statements(), layers.locals([arr[x] for x in ("v", "a", "f")]), *scope.body()]
 
 
+def _force_map(kernels, q):
+    """``dtau/df_ext``, ``(B, nv, NB, 6)``: tau is affine in ``f_ext``, and its part ``ID(q, 0, 0,
+    f_ext)`` with gravity off depends on ``q`` alone (no velocity, acceleration or gravity term is
+    left in the sweeps), so the Jacobian is that call on each unit force, one column each."""
+    robot, xp = kernels.robot, kernels.xp
+    shape, (b, nv) = (robot.num_bodies, 6), (q.shape[0], robot.nv)
+    k = 6 * robot.num_bodies
+    zero = xp.const(np.zeros((b * k, nv)), q)
+    tau = kernels("inverse_dynamics", xp.repeat(q, k), zero, zero, kernels.basis(b, shape, q), gravity=ZERO_GRAVITY)
+    return xp.einsum("bkcv->bvkc", tau.reshape(b, robot.num_bodies, 6, nv))
+
+
+def _jacobians(kernels, x, gravity, wanted):
+    """``dtau/dq``, ``dtau/dqd``: the inverse-dynamics gradient's; ``dtau/dqdd = M`` (tau is linear
+    in qdd); ``dtau/df_ext``: :func:`_force_map`."""
+    J = {}
+    if wanted & {"q", "qd"}:
+        J["q"], J["qd"] = kernels("inverse_dynamics_gradient", x["q"], x["qd"], x["qdd"], x.get("f_ext"),
+                                  gravity=gravity)
+    if "qdd" in wanted:
+        J["qdd"] = kernels("crba", x["q"])
+    if "f_ext" in wanted:
+        J["f_ext"] = _force_map(kernels, x["q"])
+    return J
+
+
 class InverseDynamics(Algorithm):
     name = "inverse_dynamics"
     summary = "joint forces tau = ID(q, qd, qdd, f_ext) by the recursive Newton-Euler algorithm"
@@ -274,6 +301,8 @@ leaves to root: :math:`\tau_i = S_i^T f_i`, :math:`f_{\lambda(i)} \mathrel{+}= X
                 "instead of a 36-entry transform"),
     )
     emitter = InverseDynamicsEmitter
+    derivatives = Rule(("q", "qd", "qdd", "f_ext"), ("inverse_dynamics_gradient", "crba", "inverse_dynamics"),
+                       _jacobians)
 
     def inputs(self, robot: Robot):
         return dynamics_inputs(robot, "qdd")

@@ -21,6 +21,7 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.arena import spill_ladder
+from grid_core.derivatives import Rule
 from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
@@ -409,6 +410,13 @@ class MinvEmitter(Emitter):
         return [layers.locals(), *scope.body()]
 
 
+def _jacobians(kernels, x, gravity, wanted):
+    """``dMinv = -Minv dM Minv``, ``dM/dq`` crba's Jacobian (its rule, by name)."""
+    Minv, xp = kernels("minv", x["q"]), kernels.xp
+    dM = xp.einsum("bijk->bkij", kernels.jacobian("crba", "q", {"q": x["q"]}))
+    return {"q": -xp.einsum("bkic->bick", Minv[:, None] @ dM @ Minv[:, None])}
+
+
 class Minv(Algorithm):
     name = "minv"
     inverts_mass_matrix = True
@@ -461,6 +469,8 @@ Mimic joints: :math:`M^{-1} = L (M_r^{-1} - Y K^{-1} Y^T) L^T`, :math:`Y = M_r^{
               "constraints (grid_core.emit.dense: Cholesky of K). Measured figures: benchmarks/results",
     )
     emitter = MinvEmitter
+    derivatives = Rule(("q",), ("minv", "inverse_dynamics_gradient"), _jacobians)
+    """dM/dq through crba's rule, which calls ``inverse_dynamics_gradient``."""
 
     def inputs(self, robot: Robot):
         return (Port("q", (robot.nq,), "joint configuration"),)

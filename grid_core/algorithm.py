@@ -30,6 +30,10 @@ Slots:
 ``emitter``
     The object producing the generated layers; ``None`` until the algorithm has
     a GPU implementation (``grid review`` then says "not yet emitted").
+``derivatives``
+    Its first derivatives, a :class:`~grid_core.derivatives.Rule` (its
+    differentiable inputs, the kernels its Jacobians call, the chain-rule wiring),
+    or ``None``: what makes it differentiable under PyTorch autograd and JAX.
 """
 
 from __future__ import annotations
@@ -168,6 +172,8 @@ class Algorithm:
     """Whether it inverts the mass matrix (minv, aba): on a robot where that is singular, every
     backend raises a GridError naming the robot, the algorithm and the cause (an algorithm
     composing one inherits it through ``depends_on``)."""
+    derivatives: ClassVar[Any] = None
+    """Its first derivatives (:class:`~grid_core.derivatives.Rule`), or None: not differentiable."""
 
     # -- declarations ------------------------------------------------------------
 
@@ -230,6 +236,16 @@ class Algorithm:
         params = list(inspect.signature(cls.reference).parameters)
         if len(params) < 2 or params[:2] != ["self", "ctx"]:
             raise PluginError(f"{where}: 'reference' must be reference(self, ctx, ...)")
+        if cls.derivatives is not None:
+            from .derivatives import Rule
+
+            if not isinstance(cls.derivatives, Rule):
+                raise PluginError(f"{where}: 'derivatives' must be a grid_core.derivatives.Rule or None, "
+                                  f"got {cls.derivatives!r}")
+            inputs = cls.derivatives.inputs
+            if inputs[:1] != ("q",) or len(set(inputs)) != len(inputs):
+                raise PluginError(f"{where}: 'derivatives' inputs must be q first, each once, "
+                                  f"got {cls.derivatives.inputs!r}")
         if cls.emitter is not None:
             validate_emitter = getattr(cls.emitter, "validate", None)
             if validate_emitter is not None:

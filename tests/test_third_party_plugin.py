@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from grid_core import Algorithm, Port, Reference, RobotLoader, hookimpl
+from grid_core.derivatives import Rule
 from grid_core.errors import PluginError
 from grid_core.hooks import build_registry
 from grid_core.review import ParallelismReview, not_applicable
@@ -301,6 +302,16 @@ MALFORMED = {
     "bad_unimplemented": (
         dict(grid_register_algorithms=registers(algorithm("NoMath", reference=Algorithm.reference))),
         r"^plugin 'bad_unimplemented' .*NoMath: 'reference' is not implemented",
+    ),
+    "bad_derivatives": (
+        dict(grid_register_algorithms=registers(algorithm("NotARule", derivatives=("q",)))),
+        r"^plugin 'bad_derivatives' .*NotARule: 'derivatives' must be a grid_core\.derivatives\.Rule or None",
+    ),
+    "bad_derivative_inputs": (
+        dict(grid_register_algorithms=registers(algorithm(
+            "QSecond", derivatives=Rule(("qd", "q"), (), lambda kernels, x, gravity, wanted: {})))),
+        r"^plugin 'bad_derivative_inputs' .*QSecond: 'derivatives' inputs must be q first, each once, "
+        r"got \('qd', 'q'\)",
     ),
     "urdf": (  # a name an installed plugin already has
         dict(grid_register_algorithms=registers(algorithm("Fine"))),

@@ -3,8 +3,9 @@
 eagerly and under ``torch.compile``.
 
 The backward of ``grid::<algorithm>`` is the operator ``grid::<algorithm>_vjp``: the output's
-gradient times the Jacobians of :mod:`.derivatives` (the generated gradient kernels, through the
-handle's gradient library: :func:`.derivatives.gradient_backend`), itself not differentiable (no
+gradient times the Jacobians of :mod:`~grid_core.runtime.derivatives` (the generated gradient
+kernels, through the handle's gradient library:
+:func:`~grid_core.runtime.derivatives.gradient_backend`), itself not differentiable (no
 second-order kernel yet: double backward raises).  A handle's methods take this road when a
 tensor given to them requires grad (under grad mode); :class:`TorchOps` calls the operators
 directly, which is what ``torch.compile(fullgraph=True)`` traces.
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import adapters
-from .derivatives import RULES, Kernels, Namespace, chart_of, gradient_backend, vjps
+from .derivatives import Namespace, chart_of, gradient_backend, kernels_of, registered_rules, rule_of, vjps
 
 _HANDLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 """handle key (the operators' first argument) -> backend"""
@@ -77,7 +78,7 @@ def define(plan) -> str:
             return qualname
         import torch
 
-        rule = RULES[name]
+        rule = rule_of(name)
         out_ndim = len(plan.outs[0].shape)
 
         def forward(handle, *args):
@@ -104,10 +105,10 @@ def define(plan) -> str:
             single = states[0].dim() == len(plan.states[0].shape)
             x = {n: (s[None] if single else s).detach() for n, s in zip(names, states) if s is not None}
             wanted = {n for n, w, s in zip(names, wanted_flags, states) if w and s is not None and n in rule.inputs}
-            kernels = Kernels(gb.robot, lambda alg, xs, gravity: _kernel(gb, alg, xs, gravity))
+            kernels = kernels_of(gb, lambda alg, xs, gravity: _kernel(gb, alg, xs, gravity), _namespace())
             with torch.no_grad():
                 g = (grad[None] if single else grad).to(x["q"].dtype)
-                grads = vjps(rule, kernels, _namespace(), x, _gravity(params), g, wanted, chart_of(gb), out_ndim)
+                grads = vjps(rule, kernels, x, _gravity(params), g, wanted, chart_of(gb), out_ndim)
             return [grad.new_empty(0) if n not in grads else (grads[n][0] if single else grads[n]).to(s.dtype)
                     for n, s in zip(names, states)]
 
@@ -172,8 +173,9 @@ class TorchOps:
         self._backend, self._key = backend, key_of(backend)
         self._dtype = torch.float32 if backend.dtype == np.float32 else torch.float64
         self._plans, self._defaults = {}, {}
+        rules = registered_rules()
         for name in backend._emitted():
-            if name in RULES:
+            if name in rules:
                 plan = backend._plan(_algorithm(name))
                 define(plan)
                 self._plans[name] = plan
@@ -241,8 +243,9 @@ def wants_grad(views) -> bool:
 
 def apply(backend, plan, views, batch, params, outs):
     """A checked call whose tensors require grad, through the handle's operator."""
-    if plan.name not in RULES:
-        raise InputError(f"{plan.name}: no derivative is defined for it (differentiable: {', '.join(RULES)}); "
+    rules = registered_rules()
+    if plan.name not in rules:
+        raise InputError(f"{plan.name}: no derivative is defined for it (differentiable: {', '.join(rules)}); "
                          "call it on tensors that do not require grad (detach them)")
     if outs is not None:
         raise InputError(f"{plan.name}: out= takes no gradient; call without out= on tensors that require grad")

@@ -4,23 +4,12 @@ PyTorch custom operators (:mod:`.autograd_torch`) contract with the output's gra
 (vector-Jacobian products) and the JAX rules (:mod:`.jax_rules`) with the inputs' tangents
 (Jacobian-vector products; JAX transposes that linear map for reverse mode).
 
-:data:`RULES` is the one table: per differentiable algorithm, its differentiable inputs, the
-kernels its Jacobians call and the chain-rule wiring from their outputs.  Every Jacobian has
-the batch axis first, then the output's axes, then the input's: ``(B, *out, *in)``.
-
-- ``inverse_dynamics(q, qd, qdd, f_ext)``: ``dtau/dq`` and ``dtau/dqd`` are
-  ``inverse_dynamics_gradient``'s; ``tau`` is linear in ``qdd`` with Jacobian the mass matrix
-  (``crba``); and it is affine in ``f_ext``, whose part ``ID(q, 0, 0, f_ext)`` with gravity off
-  depends on ``q`` alone (no velocity, acceleration or gravity term is left in the sweeps), so
-  ``dtau/df_ext`` is that call on the unit forces, one column each (:func:`force_map`).
-- ``forward_dynamics`` and ``aba(q, qd, tau, f_ext)``: ``dqdd/dq`` and ``dqdd/dqd`` are
-  ``forward_dynamics_gradient``'s; ``dqdd/dtau = Minv``; ``qdd = Minv (tau - ID(q, qd, 0,
-  f_ext))``, so ``dqdd/df_ext = -Minv dtau/df_ext``.
-- ``crba(q)``: ``M(q) e_j = ID(q, 0, e_j)`` with gravity off, so column ``j`` of ``dM/dq`` is
-  ``inverse_dynamics_gradient``'s ``dtau/dq`` at ``qd = 0``, ``qdd = e_j``, no gravity.
-- ``minv(q)``: ``dMinv = -Minv dM Minv``.
-- ``end_effector_pose(q)``: the frame Jacobians (``end_effector_pose_gradient``, rows
-  ``[linear; angular]`` in world-aligned axes): ``dp/dq = J[:3]``, ``dR/dq_j = skew(J[3:, j]) R``.
+The differentiable algorithms are those whose class declares a rule
+(:class:`grid_core.derivatives.Rule`, the attribute ``derivatives``, next to its math in its
+module): its differentiable inputs, the kernels its Jacobians call and the chain-rule wiring
+from their outputs.  This module asks the registry for them (:func:`registered_rules`,
+:func:`rule_of`); it holds no algorithm's wiring.  Every Jacobian has the batch axis first, then
+the output's axes, then the input's: ``(B, *out, *in)``.
 
 The gradient kernels differentiate along the tangent space: for a free-flyer, ``q (+) dq`` moves
 the base by ``dq[:3]`` in the base frame and rotates it by ``R exp(dq[3:])``.  The derivative
@@ -30,7 +19,8 @@ chart of :class:`Chart`: the call is a function of the position and of the norma
 ``QUATERNION_TOLERANCE`` from 1), so a finite difference in any coordinate of q agrees with it.
 
 The Jacobians are formed with a few operations (``einsum``, ``reshape``, slicing) that PyTorch
-tensors and JAX arrays share, given by the framework's namespace ``xp`` (:class:`Namespace`).
+tensors and JAX arrays share, given by the framework's namespace ``xp``
+(:class:`grid_core.derivatives.Namespace`).
 """
 
 from __future__ import annotations
@@ -38,140 +28,36 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-import attrs
 import numpy as np
 
+from ..derivatives import LEVI_CIVITA, Kernels, Namespace, Rule
+from ..errors import InputError
 from ..model.robot import JointType
 
-ZERO_GRAVITY = np.zeros(3)
-LEVI_CIVITA = np.zeros((3, 3, 3))
-for _i, _j, _k in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
-    LEVI_CIVITA[_i, _j, _k], LEVI_CIVITA[_i, _k, _j] = 1.0, -1.0
+__all__ = ["Chart", "Kernels", "Namespace", "Rule", "chart_of", "gradient_backend", "jvps",
+           "kernels_of", "registered_rules", "rule_of", "vjps"]
 
 
-@attrs.frozen
-class Namespace:
-    """What the wiring needs of a framework: ``einsum``, ``repeat(x, k)`` (each state ``k``
-    times along the batch axis) and ``const(a, like)`` (a numpy array as an array of ``like``'s
-    kind, dtype and device)."""
+def registered_rules() -> dict[str, Rule]:
+    """``{algorithm: rule}`` of the registered algorithms that declare one (``derivatives``)."""
+    from ..hooks import registry
 
-    einsum: Callable
-    repeat: Callable
-    const: Callable
+    return {n: a.derivatives for n, a in registry().algorithms.items() if a.derivatives is not None}
 
 
-@attrs.frozen
-class Kernels:
-    """The generated kernels a rule calls: ``kernels(name, *states, gravity=None)`` on the
-    framework's arrays (an omitted optional input as None), outputs of the same kind."""
-
-    robot: object
-    call: Callable
-
-    def __call__(self, name: str, *states, gravity=None):
-        return self.call(name, states, gravity)
+def rule_of(name: str) -> Rule:
+    """The rule of algorithm ``name``; an :class:`InputError` naming the differentiable ones
+    when it has none."""
+    rule = registered_rules().get(name)
+    if rule is None:
+        raise InputError(f"{name}: no derivative is defined for it (differentiable: {', '.join(registered_rules())})")
+    return rule
 
 
-@attrs.frozen
-class Rule:
-    """One differentiable algorithm: its differentiable state inputs, the kernels its
-    Jacobians call, and ``jacobians(kernels, xp, x, gravity, wanted)``: the Jacobian of the
-    output with respect to each input of ``wanted`` (``x``: the inputs by name, batched; q's
-    in the tangent space)."""
-
-    inputs: tuple[str, ...]
-    needs: tuple[str, ...]
-    jacobians: Callable
-
-
-def _basis(xp, n: int, shape: tuple, like):
-    """``n`` copies of the unit arrays of ``shape``: ``(n * prod(shape), *shape)``."""
-    k = int(np.prod(shape))
-    return xp.const(np.tile(np.eye(k), (n, 1)).reshape(n * k, *shape), like)
-
-
-def force_map(kernels, xp, q):
-    """``dtau/df_ext`` of inverse dynamics, ``(B, nv, NB, 6)``: ``ID(q, 0, 0, e)`` with gravity off
-    for each unit force ``e``."""
-    robot = kernels.robot
-    shape, (b, nv) = (robot.num_bodies, 6), (q.shape[0], robot.nv)
-    k = 6 * robot.num_bodies
-    zero = xp.const(np.zeros((b * k, nv)), q)
-    tau = kernels("inverse_dynamics", xp.repeat(q, k), zero, zero, _basis(xp, b, shape, q), gravity=ZERO_GRAVITY)
-    return xp.einsum("bkcv->bvkc", tau.reshape(b, robot.num_bodies, 6, nv))
-
-
-def mass_matrix_derivative(kernels, xp, q):
-    """``dM/dq``, ``(B, nv, nv, nv)`` (``[i, j, k] = dM_ij/dq_k``): column ``j`` is the
-    inverse-dynamics gradient's ``dtau/dq`` at ``qd = 0``, ``qdd = e_j``, gravity off."""
-    b, nv = q.shape[0], kernels.robot.nv
-    zero = xp.const(np.zeros((b * nv, nv)), q)
-    dq, _ = kernels("inverse_dynamics_gradient", xp.repeat(q, nv), zero, _basis(xp, b, (nv,), q), None,
-                    gravity=ZERO_GRAVITY)
-    return xp.einsum("bjik->bijk", dq.reshape(b, nv, nv, nv))
-
-
-def _inverse_dynamics(kernels, xp, x, gravity, wanted):
-    J = {}
-    if wanted & {"q", "qd"}:
-        J["q"], J["qd"] = kernels("inverse_dynamics_gradient", x["q"], x["qd"], x["qdd"], x.get("f_ext"),
-                                  gravity=gravity)
-    if "qdd" in wanted:
-        J["qdd"] = kernels("crba", x["q"])
-    if "f_ext" in wanted:
-        J["f_ext"] = force_map(kernels, xp, x["q"])
-    return J
-
-
-def _forward_dynamics(kernels, xp, x, gravity, wanted):
-    J = {}
-    if wanted & {"q", "qd"}:
-        J["q"], J["qd"] = kernels("forward_dynamics_gradient", x["q"], x["qd"], x["tau"], x.get("f_ext"),
-                                  gravity=gravity)
-    if wanted & {"tau", "f_ext"}:
-        J["tau"] = kernels("minv", x["q"])
-    if "f_ext" in wanted:
-        J["f_ext"] = -xp.einsum("bij,bjkc->bikc", J["tau"], force_map(kernels, xp, x["q"]))
-    return J
-
-
-def _crba(kernels, xp, x, gravity, wanted):
-    return {"q": mass_matrix_derivative(kernels, xp, x["q"])}
-
-
-def _minv(kernels, xp, x, gravity, wanted):
-    Minv = kernels("minv", x["q"])
-    dM = xp.einsum("bijk->bkij", mass_matrix_derivative(kernels, xp, x["q"]))
-    return {"q": -xp.einsum("bkic->bick", Minv[:, None] @ dM @ Minv[:, None])}
-
-
-_EMBED_R = np.eye(4, 3)  # 3 rows into 4
-_EMBED_C = np.eye(3, 4)
-_LAST = np.eye(4)[3]
-
-
-def _end_effector_pose(kernels, xp, x, gravity, wanted):
-    q = x["q"]
-    T, J = kernels("end_effector_pose", q), kernels("end_effector_pose_gradient", q)
-    eps, E, C, e4 = (xp.const(a, q) for a in (LEVI_CIVITA, _EMBED_R, _EMBED_C, _LAST))
-    # skew(w) R, skew(w)[x, y] = -eps[x, y, z] w[z]
-    dR = -xp.einsum("xyz,bfzj,bfyd->bfxdj", eps, J[:, :, 3:], T[:, :, :3, :3])
-    dT = xp.einsum("rx,bfxdj,dc->bfrcj", E, dR, C) + xp.einsum("rx,bfxj,c->bfrcj", E, J[:, :, :3], e4)
-    return {"q": dT}
-
-
-_DYNAMICS_NEEDS = ("inverse_dynamics_gradient", "crba", "inverse_dynamics")
-_FD_NEEDS = ("forward_dynamics_gradient", "minv", "inverse_dynamics")
-RULES: dict[str, Rule] = {
-    "inverse_dynamics": Rule(("q", "qd", "qdd", "f_ext"), _DYNAMICS_NEEDS, _inverse_dynamics),
-    "forward_dynamics": Rule(("q", "qd", "tau", "f_ext"), _FD_NEEDS, _forward_dynamics),
-    "aba": Rule(("q", "qd", "tau", "f_ext"), _FD_NEEDS, _forward_dynamics),
-    "crba": Rule(("q",), ("inverse_dynamics_gradient",), _crba),
-    "minv": Rule(("q",), ("minv", "inverse_dynamics_gradient"), _minv),
-    "end_effector_pose": Rule(("q",), ("end_effector_pose", "end_effector_pose_gradient"), _end_effector_pose),
-}
-"""The differentiable algorithms and their wiring (integrator: not yet generated; no second
-derivatives: no second-order kernel yet)."""
+def kernels_of(backend, call: Callable, xp: Namespace) -> Kernels:
+    """The :class:`Kernels` of ``backend`` (its gradient library): ``call(name, states, gravity)``
+    runs one kernel on the framework's arrays."""
+    return Kernels(backend.robot, call, xp, rule_of)
 
 
 class Chart:
@@ -218,30 +104,25 @@ class Chart:
         return out
 
 
-def jacobians(rule: Rule, kernels, xp, x: dict, gravity, wanted: set) -> dict:
-    """The rule's Jacobians of ``wanted`` at the batched inputs ``x`` (q's in the tangent space)."""
-    J = rule.jacobians(kernels, xp, x, gravity, wanted)
-    return {k: v for k, v in J.items() if k in wanted}
-
-
-def vjps(rule: Rule, kernels, xp, x: dict, gravity, g, wanted: set, chart: Chart, out_ndim: int) -> dict:
+def vjps(rule: Rule, kernels: Kernels, x: dict, gravity, g, wanted: set, chart: Chart, out_ndim: int) -> dict:
     """The gradients of ``wanted`` inputs for the output gradient ``g`` (batched, ``(B, *out)``);
     q's through the chart."""
-    grads = {k: vjp(g, J, out_ndim) for k, J in jacobians(rule, kernels, xp, x, gravity, wanted).items()}
+    J = rule.jacobians(kernels, x, gravity, wanted)
+    grads = {k: vjp(g, v, out_ndim) for k, v in J.items() if k in wanted}
     if "q" in grads and not chart.identity:
-        grads["q"] = (grads["q"][:, None] @ chart.matrix(xp, x["q"]))[:, 0]
+        grads["q"] = (grads["q"][:, None] @ chart.matrix(kernels.xp, x["q"]))[:, 0]
     return grads
 
 
-def jvps(rule: Rule, kernels, xp, x: dict, gravity, tangents: dict, chart: Chart, out_ndim: int):
+def jvps(rule: Rule, kernels: Kernels, x: dict, gravity, tangents: dict, chart: Chart, out_ndim: int):
     """The output's tangent for the inputs' ``tangents`` (batched; those absent are zero), or
     None when none is given; q's through the chart."""
     if not tangents:
         return None
     tangents = dict(tangents)
     if "q" in tangents and not chart.identity:
-        tangents["q"] = (chart.matrix(xp, x["q"]) @ tangents["q"][..., None])[..., 0]
-    J = jacobians(rule, kernels, xp, x, gravity, set(tangents))
+        tangents["q"] = (chart.matrix(kernels.xp, x["q"]) @ tangents["q"][..., None])[..., 0]
+    J = rule.jacobians(kernels, x, gravity, set(tangents))
     total = None
     for k, t in tangents.items():
         term = jvp(J[k], t, out_ndim)
@@ -277,7 +158,8 @@ def gradient_backend(backend):
     if gb is not None:
         return gb
     own = backend._emitted()
-    needs = {n for a in own if a in RULES for n in RULES[a].needs}
+    rules = registered_rules()
+    needs = {n for a in own if a in rules for n in rules[a].needs}
     if needs <= set(own):
         gb = backend
     else:

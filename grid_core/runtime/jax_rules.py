@@ -1,9 +1,10 @@
-"""JAX derivative rules for the differentiable calls (:data:`.derivatives.RULES`).
+"""JAX derivative rules for the differentiable calls (the algorithms declaring a rule:
+:func:`~grid_core.runtime.derivatives.registered_rules`).
 
 The XLA FFI call of such an algorithm (:mod:`.jax_ffi`) is a ``jax.custom_jvp`` whose tangent
-is the Jacobians of :mod:`.derivatives` at the primal (the generated gradient kernels, through
-the handle's gradient library, each an FFI call itself, never differentiated) times the inputs'
-tangents: a map linear in the tangents, which JAX transposes for reverse mode.  So
+is the Jacobians of :mod:`~grid_core.runtime.derivatives` at the primal (the generated gradient
+kernels, through the handle's gradient library, each an FFI call itself, never differentiated)
+times the inputs' tangents: a map linear in the tangents, which JAX transposes for reverse mode.  So
 ``jax.jvp``, ``jax.jacfwd``, ``jax.grad``, ``jax.vjp`` and ``jax.jacrev`` all hold, under
 ``jax.jit`` and ``jax.vmap``.  Only the tangents given are contracted (``symbolic_zeros``): a
 gradient with respect to q alone calls no ``f_ext`` kernel.  No second derivative: the
@@ -17,7 +18,7 @@ import functools
 
 import numpy as np
 
-from .derivatives import RULES, Kernels, Namespace, chart_of, gradient_backend, jvps
+from .derivatives import Namespace, chart_of, gradient_backend, jvps, kernels_of, registered_rules
 
 
 @functools.cache
@@ -33,7 +34,7 @@ def differentiable(backend, plan, present, params, core, raw):
     """``core`` (the FFI call on the present state inputs, converted and broadcast) with the
     algorithm's rule, or ``core`` itself for an algorithm without one.  ``raw(backend, plan,
     present, params)``: the FFI call of another algorithm, without a rule (the kernels)."""
-    rule = RULES.get(plan.name)
+    rule = registered_rules().get(plan.name)
     if rule is None:
         return core
     import jax
@@ -64,8 +65,8 @@ def differentiable(backend, plan, present, params, core, raw):
         x = {n: p[None] if single else p for n, p in zip(names, primals)}
         t = {n: (v[None] if single else v).astype(y.dtype) for n, v in given.items()}
         gb = gradient_backend(backend)
-        kernels = Kernels(gb.robot, lambda name, xs, g: kernel(gb, name, xs, g))
-        ty = jvps(rule, kernels, _namespace(), x, gravity, t, chart_of(gb), out_ndim)
+        kernels = kernels_of(gb, lambda name, xs, g: kernel(gb, name, xs, g), _namespace())
+        ty = jvps(rule, kernels, x, gravity, t, chart_of(gb), out_ndim)
         return y, ty[0] if single else ty
 
     f.defjvp(_jvp, symbolic_zeros=True)

@@ -18,10 +18,10 @@ from conftest import load  # noqa: E402
 from grid_core import Reference  # noqa: E402
 from grid_core.errors import InputError  # noqa: E402
 from grid_core.runtime import autograd_torch  # noqa: E402
-from grid_core.runtime.derivatives import RULES, gradient_backend  # noqa: E402
+from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
 ROBOTS = ["iiwa14", "go2", "g1"]
-# the differentiable calls and the kernels their backward calls: one library per robot
+RULES = registered_rules()
 ALGORITHMS = sorted(set(RULES) | {n for r in RULES.values() for n in r.needs})
 B = 2
 

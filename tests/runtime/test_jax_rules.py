@@ -18,10 +18,11 @@ from jax.test_util import check_grads  # noqa: E402
 import grid_core  # noqa: E402
 from conftest import load  # noqa: E402
 from grid_core import Reference  # noqa: E402
-from grid_core.runtime.derivatives import RULES, gradient_backend  # noqa: E402
+from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
 ROBOTS = ["iiwa14", "go2", "g1"]
-ALGORITHMS = sorted(set(RULES) | {n for r in RULES.values() for n in r.needs})  # as test_autograd_torch's
+RULES = registered_rules()
+ALGORITHMS = sorted(set(RULES) | {n for r in RULES.values() for n in r.needs})
 B = 2
 
 

@@ -1,0 +1,103 @@
+"""The declaration of an algorithm's first derivatives: a :class:`Rule`, the class attribute
+``derivatives`` of its :class:`~grid_core.algorithm.Algorithm` (None: not differentiable).
+
+A rule names the algorithm's differentiable state inputs, the generated kernels its Jacobians
+call (built into the handle's gradient library when the handle's own lacks them), and the
+function forming the Jacobians at the primal from those kernels' outputs: the chain-rule wiring,
+written next to the algorithm's math, in its module.  It calls kernels by name through
+:class:`Kernels`, and another algorithm's Jacobian by name too (``kernels.jacobian("crba", "q",
+x)``): a rule never imports another algorithm's module.  The runtime
+(:mod:`grid_core.runtime.derivatives`) contracts the Jacobians with an output's gradient
+(PyTorch) or the inputs' tangents (JAX).
+
+Every Jacobian has the batch axis first, then the output's axes, then the input's:
+``(B, *out, *in)``; a Jacobian in ``q`` is in the tangent space (a free-flyer's ``q (+) dq``
+moves the base by ``dq[:3]`` in the base frame and rotates it by ``R exp(dq[3:])``, as the
+gradient kernels differentiate); the runtime maps it to q's coordinates.  The wiring uses a few
+operations that PyTorch tensors and JAX arrays share (``einsum``, ``@``, ``reshape``, slicing)
+and :attr:`Kernels.xp` (:class:`Namespace`) for the rest.
+
+Light on purpose: an algorithm module imports it without loading the runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import attrs
+import numpy as np
+
+ZERO_GRAVITY = np.zeros(3)
+"""Gravity off, for a kernel call isolating the terms that do not depend on it."""
+LEVI_CIVITA = np.zeros((3, 3, 3))
+for _i, _j, _k in ((0, 1, 2), (1, 2, 0), (2, 0, 1)):
+    LEVI_CIVITA[_i, _j, _k], LEVI_CIVITA[_i, _k, _j] = 1.0, -1.0
+
+
+def _names(_, attribute, value) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, str) and v.isidentifier() for v in value):
+        raise TypeError(f"Rule.{attribute.name} must be a tuple of names, got {value!r}")
+
+
+@attrs.frozen
+class Rule:
+    """An algorithm's first derivatives.
+
+    ``inputs``: its differentiable state inputs, ``q`` first (the others by their port names).
+    ``needs``: every generated kernel its Jacobians call, those called for it by the rules it
+    composes by name included (the handle's gradient library holds them).
+    ``jacobians(kernels, x, gravity, wanted)``: ``{input: Jacobian}`` for each input of the set
+    ``wanted`` (more may be returned), at the batched inputs ``x`` (by name; an omitted optional
+    input absent), ``gravity`` the call's (None: the kernels' default); through ``kernels``
+    (:class:`Kernels`) only."""
+
+    inputs: tuple[str, ...] = attrs.field(validator=_names)
+    needs: tuple[str, ...] = attrs.field(validator=_names)
+    jacobians: Callable = attrs.field(validator=attrs.validators.is_callable())
+
+
+@attrs.frozen
+class Namespace:
+    """What the wiring needs of a framework: ``einsum``, ``repeat(x, k)`` (each state ``k``
+    times along the batch axis) and ``const(a, like)`` (a numpy array as an array of ``like``'s
+    kind, dtype and device)."""
+
+    einsum: Callable
+    repeat: Callable
+    const: Callable
+
+
+@attrs.frozen
+class Kernels:
+    """What a rule calls: ``kernels(name, *states, gravity=None)`` runs the generated kernel
+    ``name`` on the framework's arrays (an omitted optional input as None; outputs of the same
+    kind); :meth:`jacobian` and :meth:`jacobians` evaluate another algorithm's rule, found by
+    name (``rule_of``: the registry's); ``robot`` the handle's robot, ``xp`` the framework's
+    :class:`Namespace`."""
+
+    robot: object
+    call: Callable
+    xp: Namespace
+    rule_of: Callable
+
+    def __call__(self, name: str, *states, gravity=None):
+        return self.call(name, states, gravity)
+
+    def rule(self, name: str) -> Rule:
+        """The rule of algorithm ``name``."""
+        return self.rule_of(name)
+
+    def jacobians(self, name: str, x: dict, gravity, wanted: set) -> dict:
+        """Algorithm ``name``'s Jacobians of ``wanted`` at ``x`` (its inputs by name, batched)."""
+        J = self.rule(name).jacobians(self, x, gravity, wanted)
+        return {k: v for k, v in J.items() if k in wanted}
+
+    def jacobian(self, name: str, wrt: str, x: dict, gravity=None):
+        """Algorithm ``name``'s Jacobian with respect to its input ``wrt`` at ``x``."""
+        return self.jacobians(name, x, gravity, {wrt})[wrt]
+
+    def basis(self, n: int, shape: tuple, like):
+        """``n`` copies of the unit arrays of ``shape`` (one column each of a Jacobian formed
+        column by column): ``(n * prod(shape), *shape)``, of ``like``'s kind."""
+        k = int(np.prod(shape))
+        return self.xp.const(np.tile(np.eye(k), (n, 1)).reshape(n * k, *shape), like)
