@@ -73,6 +73,23 @@ def backend(kind: str, name: str, spill: bool, dtype=np.float64):
     return handle
 
 
+def gradient_algorithms() -> list[str]:
+    """The differentiable calls and every kernel their rules call (the gradient library's)."""
+    from grid_core.runtime.derivatives import registered_rules
+
+    rules = registered_rules()
+    return sorted(set(rules) | {n for r in rules.values() for n in r.needs})
+
+
+@functools.cache
+def gradient_handle(name: str):
+    """The CPU handle of robot ``name`` holding the differentiable calls and their rules' kernels
+    (so it is its own gradient library): one per robot, shared by the PyTorch and JAX tests."""
+    import grid_core
+
+    return grid_core.CpuHandle(load(name), gradient_algorithms(), quiet=True)
+
+
 def emulated(name: str, spill: bool, dtype=np.float64):
     return backend("emulated", name, spill, dtype)
 

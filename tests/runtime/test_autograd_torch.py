@@ -20,9 +20,10 @@ from grid_core.errors import InputError  # noqa: E402
 from grid_core.runtime import autograd_torch  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
+from tests.generated import gradient_algorithms, gradient_handle  # noqa: E402
+
 ROBOTS = ["iiwa14", "go2", "g1"]
 RULES = registered_rules()
-ALGORITHMS = sorted(set(RULES) | {n for r in RULES.values() for n in r.needs})
 B = 2
 
 
@@ -40,12 +41,12 @@ def one_torch_thread():
 def gpu_handle():
     from grid_core.runtime import RobotHandle
 
-    return RobotHandle(load("iiwa14"), ALGORITHMS, np.float64, quiet=True)
+    return RobotHandle(load("iiwa14"), gradient_algorithms(), np.float64, quiet=True)
 
 
-@functools.cache
 def cpu(name: str):
-    return grid_core.CpuHandle(load(name), ALGORITHMS, quiet=True)
+    """The robot's one handle of the differentiable calls and their kernels (tests.generated)."""
+    return gradient_handle(name)
 
 
 def inputs(name: str, alg: str, rng, n=B) -> dict:
@@ -62,6 +63,7 @@ def inputs(name: str, alg: str, rng, n=B) -> dict:
 @pytest.mark.parametrize("name", ROBOTS)
 def test_gradcheck_against_finite_differences(name, alg, rng):
     h = cpu(name)
+    assert gradient_backend(h) is h  # one library per robot: it holds its rules' kernels
     x = inputs(name, alg, rng)
     method = getattr(h, alg)
     out = method(*x.values())

@@ -20,9 +20,10 @@ from conftest import load  # noqa: E402
 from grid_core import Reference  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
+from tests.generated import gradient_algorithms, gradient_handle  # noqa: E402
+
 ROBOTS = ["iiwa14", "go2", "g1"]
 RULES = registered_rules()
-ALGORITHMS = sorted(set(RULES) | {n for r in RULES.values() for n in r.needs})
 B = 2
 
 
@@ -33,12 +34,12 @@ pytestmark = pytest.mark.usefixtures("x64")
 def gpu_handle():
     from grid_core.runtime import RobotHandle
 
-    return RobotHandle(load("iiwa14"), ALGORITHMS, np.float64, quiet=True)
+    return RobotHandle(load("iiwa14"), gradient_algorithms(), np.float64, quiet=True)
 
 
-@functools.cache
 def cpu(name: str):
-    return grid_core.CpuHandle(load(name), ALGORITHMS, quiet=True)
+    """The robot's one handle of the differentiable calls and their kernels (tests.generated)."""
+    return gradient_handle(name)
 
 
 def inputs(name: str, alg: str, rng, n=B) -> list:

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("jax")
 
-from tests.runtime.test_jax_rules import ALGORITHMS  # noqa: E402
+from tests.generated import gradient_algorithms  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
@@ -59,8 +59,8 @@ print(json.dumps({
 
 def test_a_sharded_batch_runs_shard_by_shard_on_each_device():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(ALGORITHMS)], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(gradient_algorithms())], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert r["devices"] == [0, 1, 2, 3]
