@@ -90,6 +90,26 @@ def gradient_handle(name: str):
     return grid_core.CpuHandle(load(name), gradient_algorithms(), quiet=True)
 
 
+@functools.cache
+def gradient_gpu_handle():
+    """iiwa14's RobotHandle of :func:`gradient_algorithms`, float64 (the derivative tests' gpu cases)."""
+    from grid_core.runtime import RobotHandle
+
+    return RobotHandle(load("iiwa14"), gradient_algorithms(), np.float64, quiet=True)
+
+
+def differentiable_inputs(name: str, alg: str, rng, n: int) -> dict:
+    """Random float64 inputs of the differentiable call ``alg`` of robot ``name``, by name in its
+    rule's order: ``q`` a configuration, the rest uniform in [-1, 1] (``f_ext`` one force per body)."""
+    from grid_core.runtime.derivatives import registered_rules
+
+    robot = load(name)
+    x = {"q": robot.random_configuration(rng, n)}
+    for k in registered_rules()[alg].inputs[1:]:
+        x[k] = rng.uniform(-1, 1, (n, *((robot.num_bodies, 6) if k == "f_ext" else (robot.nv,))))
+    return x
+
+
 def emulated(name: str, spill: bool, dtype=np.float64):
     return backend("emulated", name, spill, dtype)
 

@@ -6,7 +6,6 @@ operators traced by ``torch.compile(fullgraph=True)``."""
 
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from grid_core.errors import InputError  # noqa: E402
 from grid_core.runtime import autograd_torch  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
-from tests.generated import gradient_algorithms, gradient_handle  # noqa: E402
+from tests.generated import differentiable_inputs, gradient_gpu_handle, gradient_handle  # noqa: E402
 
 ROBOTS = ["iiwa14", "go2", "g1"]
 RULES = registered_rules()
@@ -37,26 +36,13 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
-@functools.cache
-def gpu_handle():
-    from grid_core.runtime import RobotHandle
-
-    return RobotHandle(load("iiwa14"), gradient_algorithms(), np.float64, quiet=True)
-
-
-def cpu(name: str):
-    """The robot's one handle of the differentiable calls and their kernels (tests.generated)."""
-    return gradient_handle(name)
+gpu_handle = gradient_gpu_handle
+cpu = gradient_handle  # the robot's one handle of the differentiable calls and their kernels
 
 
 def inputs(name: str, alg: str, rng, n=B) -> dict:
     """Random inputs of ``alg`` as float64 tensors requiring grad (f_ext given)."""
-    robot = load(name)
-    x = {"q": torch.tensor(robot.random_configuration(rng, n))}
-    for k in RULES[alg].inputs[1:]:
-        shape = (robot.num_bodies, 6) if k == "f_ext" else (robot.nv,)
-        x[k] = torch.tensor(rng.uniform(-1, 1, (n, *shape)))
-    return {k: v.requires_grad_() for k, v in x.items()}
+    return {k: torch.tensor(v).requires_grad_() for k, v in differentiable_inputs(name, alg, rng, n).items()}
 
 
 @pytest.mark.parametrize("alg", sorted(RULES))

@@ -5,7 +5,6 @@ jacfwd, jacrev) against central differences of the Reference."""
 
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from conftest import load  # noqa: E402
 from grid_core import Reference  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
-from tests.generated import gradient_algorithms, gradient_handle  # noqa: E402
+from tests.generated import differentiable_inputs, gradient_gpu_handle, gradient_handle  # noqa: E402
 
 ROBOTS = ["iiwa14", "go2", "g1"]
 RULES = registered_rules()
@@ -30,24 +29,12 @@ B = 2
 pytestmark = pytest.mark.usefixtures("x64")
 
 
-@functools.cache
-def gpu_handle():
-    from grid_core.runtime import RobotHandle
-
-    return RobotHandle(load("iiwa14"), gradient_algorithms(), np.float64, quiet=True)
-
-
-def cpu(name: str):
-    """The robot's one handle of the differentiable calls and their kernels (tests.generated)."""
-    return gradient_handle(name)
+gpu_handle = gradient_gpu_handle
+cpu = gradient_handle  # the robot's one handle of the differentiable calls and their kernels
 
 
 def inputs(name: str, alg: str, rng, n=B) -> list:
-    robot = load(name)
-    x = [robot.random_configuration(rng, n)]
-    for k in RULES[alg].inputs[1:]:
-        x.append(rng.uniform(-1, 1, (n, *((robot.num_bodies, 6) if k == "f_ext" else (robot.nv,)))))
-    return [jnp.asarray(a) for a in x]
+    return [jnp.asarray(a) for a in differentiable_inputs(name, alg, rng, n).values()]
 
 
 @pytest.mark.parametrize("alg", sorted(RULES))
