@@ -20,7 +20,14 @@ With ``qdd = FD(q, qd, tau)``, its derivatives ``dqdd_dq``, ``dqdd_dqd``
   ``dq_next_dq = Dq + dt Dv dqd_next_dq``, ``dq_next_dqd = dt Dv dqd_next_dqd``,
   ``dq_next_dtau = dt Dv dqd_next_dtau``;
 * explicit Euler, ``v = dt qd``: the same ``qd_next`` rows; ``dq_next_dq = Dq``,
-  ``dq_next_dqd = dt Dv``, ``dq_next_dtau = 0``.
+  ``dq_next_dqd = dt Dv``, ``dq_next_dtau = 0``;
+* RK4 (the integrator's stages ``(q_k, v_k, a_k)``, ``q_k = q (+) c_k dt v_{k-1}``): the chain
+  rule through the stages, each derivative a ``nv x 3 nv`` block row over ``(q, qd, tau)``, a
+  stage's ``q_k`` row block in the tangent space at ``q_k``: ``Q_1 = [I 0 0]``, ``V_1 = [0 I 0]``,
+  ``A_k = dqdd_dq(k) Q_k + dqdd_dqd(k) V_k + [0 0 M^-1(q_k)]``;
+  ``Q_{k+1} = Dq Q_1 + c dt Dv V_k`` and ``V_{k+1} = V_1 + c dt A_k`` (``(Dq, Dv)`` at ``(q, c dt v_k)``);
+  then ``dq_next = Dq Q_1 + dt/6 Dv (V_1 + 2 V_2 + 2 V_3 + V_4)`` (``(Dq, Dv)`` at the final
+  increment) and ``dqd_next = V_1 + dt/6 (A_1 + 2 A_2 + 2 A_3 + A_4)``.
 """
 
 from __future__ import annotations
@@ -28,17 +35,20 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.algorithm import DEFAULT_GRAVITY
+from grid_core.algorithm import DEFAULT_GRAVITY, check_integration_method, integration_inputs
 from grid_core.model import Robot
+from grid_core.model.lie import dintegrate, integrate
 from grid_core.review import ParallelismReview, not_applicable, todo
 
-from .integrator import check_method, dintegrate, state_ports
+RK4_STAGES = (0.5, 0.5, 1.0)
+"""Where RK4's stages 2, 3 and 4 sit, as fractions of the step (the integrator's scheme)."""
 
 
 class IntegratorGradient(Algorithm):
     name = "integrator_gradient"
     summary = ("derivatives of one integrator step: (dq_next_dq, dq_next_dqd, dq_next_dtau, "
-               "dqd_next_dq, dqd_next_dqd, dqd_next_dtau), q_next's rows in the tangent space at q_next")
+               "dqd_next_dq, dqd_next_dqd, dqd_next_dtau) of the Euler or RK4 step, q_next's rows in the "
+               "tangent space at q_next")
     math = r"""
 Semi-implicit Euler (:math:`v = \Delta t\, \dot q^+`), with :math:`(D_q, D_v)` Pinocchio's
 ``dIntegrate`` at :math:`(q, v)`:
@@ -68,7 +78,7 @@ Explicit Euler (:math:`v = \Delta t\, \dot q`): the same :math:`\dot q^+` rows,
     )
 
     def inputs(self, robot: Robot):
-        return state_ports(robot)
+        return integration_inputs(robot)
 
     def outputs(self, robot: Robot, **options):
         n = robot.nv
@@ -83,9 +93,11 @@ Explicit Euler (:math:`v = \Delta t\, \dot q`): the same :math:`\dot q^+` rows,
 
     def reference(self, ctx, q, qd, tau, dt, method="semi_implicit_euler", f_ext=None,
                   gravity=DEFAULT_GRAVITY):
-        method = check_method(method, self.name)
+        method = check_integration_method(method, self.name)
         dt = float(dt)
         robot = ctx.robot
+        if method == "rk4":
+            return _rk4(ctx, robot, q, qd, tau, dt, f_ext, gravity)
         qdd = ctx.forward_dynamics(q, qd, tau, f_ext, gravity)
         dqdd_dq, dqdd_dqd = ctx.forward_dynamics_gradient(q, qd, tau, f_ext, gravity)
         dqd_dq, dqd_dqd, dqd_dtau = dt * dqdd_dq, np.eye(robot.nv) + dt * dqdd_dqd, dt * ctx.minv(q)
@@ -96,6 +108,35 @@ Explicit Euler (:math:`v = \Delta t\, \dot q`): the same :math:`\dot q^+` rows,
             Dq, Dv = dintegrate(robot, q, dt * qd)
             dq_dq, dq_dqd, dq_dtau = Dq, dt * Dv, np.zeros((robot.nv, robot.nv))
         return dq_dq, dq_dqd, dq_dtau, dqd_dq, dqd_dqd, dqd_dtau
+
+
+def _rk4(ctx, robot: Robot, q, qd, tau, dt: float, f_ext, gravity) -> tuple:
+    """The RK4 step's six blocks (the module docstring's chain rule)."""
+    n = robot.nv
+    eye, zero = np.eye(n), np.zeros((n, n))
+    Q1, V1 = np.hstack([eye, zero, zero]), np.hstack([zero, eye, zero])
+
+    def stage(q_k, v_k, Q_k, V_k):
+        """``(a_k, A_k)`` at the stage ``(q_k, v_k)``."""
+        a = ctx.forward_dynamics(q_k, v_k, tau, f_ext, gravity)
+        dq, dqd = ctx.forward_dynamics_gradient(q_k, v_k, tau, f_ext, gravity)
+        return a, dq @ Q_k + dqd @ V_k + np.hstack([zero, zero, ctx.minv(q_k)])
+
+    a1, A1 = stage(q, qd, Q1, V1)
+    v, V, a, A = [qd], [V1], [a1], [A1]
+    for c in RK4_STAGES:
+        Dq, Dv = dintegrate(robot, q, c * dt * v[-1])
+        Q_k = Dq @ Q1 + c * dt * Dv @ V[-1]
+        q_k = integrate(robot, q, c * dt * v[-1])
+        v.append(qd + c * dt * a[-1])
+        V.append(V1 + c * dt * A[-1])
+        a_k, A_k = stage(q_k, v[-1], Q_k, V[-1])
+        a.append(a_k)
+        A.append(A_k)
+    Dq, Dv = dintegrate(robot, q, dt / 6 * (v[0] + 2 * v[1] + 2 * v[2] + v[3]))
+    dq_next = Dq @ Q1 + dt / 6 * Dv @ (V[0] + 2 * V[1] + 2 * V[2] + V[3])
+    dqd_next = V1 + dt / 6 * (A[0] + 2 * A[1] + 2 * A[2] + A[3])
+    return (*np.hsplit(dq_next, 3), *np.hsplit(dqd_next, 3))
 
 
 @hookimpl

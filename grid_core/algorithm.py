@@ -100,6 +100,35 @@ def dynamics_inputs(robot: Robot, third: str) -> tuple[Port, ...]:
     )
 
 
+INTEGRATION_METHODS = ("semi_implicit_euler", "explicit_euler", "rk4")
+"""The time-stepping schemes of the integration family (``method``)."""
+
+
+def integration_inputs(robot: Robot) -> tuple[Port, ...]:
+    """``(q, qd, tau, dt, method, f_ext, gravity)``: the inputs of one time step of the equations
+    of motion and of its derivatives (the integration family)."""
+    return (
+        Port("q", (robot.nq,), "joint configuration"),
+        Port("qd", (robot.nv,), "joint velocity"),
+        Port("tau", (robot.nv,), "joint forces"),
+        Port("dt", (), "time step (s), shared by the batch", kind="param"),
+        Port("method", (), f"integration scheme: {' or '.join(INTEGRATION_METHODS)}", kind="option",
+             default="semi_implicit_euler"),
+        f_ext_port(robot),
+        gravity_port(),
+    )
+
+
+def check_integration_method(method, algorithm: str) -> str:
+    """``method`` if it is one of :data:`INTEGRATION_METHODS`, else the :class:`InputError` naming them."""
+    from .errors import InputError
+
+    if method not in INTEGRATION_METHODS:
+        raise InputError(f"{algorithm}: argument 'method' must be one of {', '.join(INTEGRATION_METHODS)}, "
+                         f"got {method!r}")
+    return method
+
+
 def frame_inputs(robot: Robot, *, velocity: bool = False) -> tuple[Port, ...]:
     """``(q, frames)``: the inputs of the end-effector family (pose, gradient, Hessian); ``(q, qd,
     frames)`` with ``velocity`` (the Jacobian's time variation)."""

@@ -62,28 +62,15 @@ def integrate(robot: Robot, q: np.ndarray, dv: np.ndarray) -> np.ndarray:
     ``pinocchio.integrate``, so derivatives taken along it are Pinocchio's tangent
     derivatives (``computeRNEADerivatives``, ``computeFrameJacobian``, ...).
     """
-    out = np.array(q, dtype=np.float64)
-    for b in robot.bodies:
-        if b.mimic is not None:
-            continue
-        qi, vi = b.q_index, b.v_index
-        if b.jtype is JointType.FLOATING:
-            x, y, z, w = out[qi + 3 : qi + 7]
-            out[qi : qi + 3] += quat_to_matrix(out[qi + 3 : qi + 7]) @ dv[vi : vi + 3]
-            omega = np.asarray(dv[vi + 3 : vi + 6], dtype=np.float64)
-            angle = np.linalg.norm(omega)
-            axis = omega / angle if angle > 0 else np.zeros(3)
-            dx, dy, dz = np.sin(angle / 2) * axis
-            dw = np.cos(angle / 2)
-            out[qi + 3 : qi + 7] = [  # (x y z w) quaternion product q * dq
-                w * dx + x * dw + y * dz - z * dy,
-                w * dy - x * dz + y * dw + z * dx,
-                w * dz + x * dy - y * dx + z * dw,
-                w * dw - x * dx - y * dy - z * dz,
-            ]
-        else:
-            out[qi : qi + b.nq] += dv[vi : vi + b.nv]
-    return out
+    from .model.lie import move, quat_mul
+
+    def first_order(x, xi):
+        angle = np.linalg.norm(xi[3:])
+        axis = xi[3:] / angle if angle > 0 else np.zeros(3)
+        dq = np.concatenate([np.sin(angle / 2) * axis, [np.cos(angle / 2)]])
+        return np.concatenate([x[:3] + quat_to_matrix(x[3:]) @ xi[:3], quat_mul(x[3:], dq)])
+
+    return move(robot, q, dv, first_order)
 
 
 def central_fd(f, x: np.ndarray, h: float = 1e-6, *, dim: int | None = None, step=None) -> np.ndarray:

@@ -121,11 +121,15 @@ def pin_minv(robot, q):
 
 def pin_forward_dynamics(robot, q, qd, tau, f_ext=None, model=None):
     """Pinocchio's qdd: aba, or on a mimic model solve(crba, tau - rnea(q, qd, 0))."""
+    return pin_forward_dynamics_at(robot, to_pin_q(robot, q), qd, tau, f_ext, model)
+
+
+def pin_forward_dynamics_at(robot, pq, qd, tau, f_ext=None, model=None):
+    """:func:`pin_forward_dynamics` at Pinocchio's configuration ``pq``."""
     import pinocchio as pin
 
     model = model or pin_model(robot)
     data = model.createData()
-    pq = to_pin_q(robot, q)
     extra = () if f_ext is None else (pin_forces(f_ext),)
     if robot.has_mimic:
         M = symmetrise_upper(pin.crba(model, data, pq))

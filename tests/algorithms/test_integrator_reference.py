@@ -11,7 +11,9 @@ free-flyer and the coordinate difference elsewhere (see :func:`difference`).
 Step and tolerance: h = 3e-5 and rel 1e-6, as for the forward-dynamics second derivatives
 (test_fdsva_so_reference.py): the qd_next rows carry dt qdd, computed to about eps cond(M),
 so the rounding error is about eps cond(M) / h and the truncation error h^2 |d^3| / 6
-(measured: <= 1e-7 over these robots).  The time steps span 1e-3 .. 0.3 s, so base
+(measured: <= 1e-7 over these robots).  RK4 nests forward dynamics in its stages and its third
+derivatives are larger (solo12 at dt = 0.05: 3e-6 at h = 3e-5, falling as h^2), so its
+differences are Richardson-extrapolated, ``(4 D(h/2) - D(h)) / 3``, which cancels the h^2 term.  The time steps span 1e-3 .. 0.3 s, so base
 rotations reach about a radian and the exponential map's large-angle branch is exercised.
 """
 
@@ -20,19 +22,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grid_algorithms.integrator import se3_inverse_adjoint, se3_right_jacobian
 from grid_core import Reference, algorithms
 from grid_core.errors import InputError
 from grid_core.model import JointType
+from grid_core.model.lie import se3_inverse_adjoint, se3_right_jacobian
 from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
 from tests.algorithms.second_order_support import CASES, STATES, case_id
-from tests.pin_bridge import pin_forward_dynamics, pin_model, to_pin_q
+from tests.pin_bridge import pin_forward_dynamics, pin_forward_dynamics_at, pin_model, to_pin_q
 
 REL = 1e-9
 REL_FD = 1e-6
 H = 3e-5
 DTS = (1e-3, 0.01, 0.05, 0.1, 0.3)
-METHODS = ("semi_implicit_euler", "explicit_euler")
+METHODS = ("semi_implicit_euler", "explicit_euler", "rk4")
 
 
 def difference(robot, q0, q1) -> np.ndarray:
@@ -60,7 +62,7 @@ def difference(robot, q0, q1) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", METHODS[:2])
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_integrator_matches_pinocchio(case, method, robot_cache, rng):
     import pinocchio as pin
@@ -79,12 +81,46 @@ def test_integrator_matches_pinocchio(case, method, robot_cache, rng):
                      f"{robot.name}: q_next")
 
 
+def pin_rk4(robot, q, qd, tau, dt, f_ext):
+    """The classical RK4 step written on Pinocchio: its forward dynamics at each stage, its
+    ``integrate`` placing the stages from q (as Crocoddyl's IntegratedActionModelRK4)."""
+    import pinocchio as pin
+
+    model, pq = pin_model(robot), to_pin_q(robot, q)
+
+    def fd(pq_, v_):
+        return pin_forward_dynamics_at(robot, pq_, v_, tau, f_ext, model)
+
+    k1v, k1a = qd, fd(pq, qd)
+    k2v = qd + dt / 2 * k1a
+    k2a = fd(pin.integrate(model, pq, dt / 2 * k1v), k2v)
+    k3v = qd + dt / 2 * k2a
+    k3a = fd(pin.integrate(model, pq, dt / 2 * k2v), k3v)
+    k4v = qd + dt * k3a
+    k4a = fd(pin.integrate(model, pq, dt * k3v), k4v)
+    return (pin.integrate(model, pq, dt / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)),
+            qd + dt / 6 * (k1a + 2 * k2a + 2 * k3a + k4a))
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_rk4_matches_a_hand_written_rk4_on_pinocchio(case, robot_cache, rng):
+    robot = robot_cache(*case)
+    ref = Reference(robot)
+    for dt in DTS:
+        q, qd, tau = random_state(robot, rng)
+        f_ext = rng.normal(size=(robot.num_bodies, 6))
+        q_next, qd_next = ref.integrator(q, qd, tau, dt, "rk4", f_ext)
+        pq_expected, qd_expected = pin_rk4(robot, q, qd, tau, dt, f_ext)
+        assert_close(qd_next, qd_expected, REL, f"{robot.name}, dt={dt}: qd_next")
+        assert_close(to_pin_q(robot, q_next), pq_expected, REL, f"{robot.name}, dt={dt}: q_next")
+
+
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_integrator_gradient_matches_finite_differences(case, robot_cache, rng):
     robot = robot_cache(*case)
     ref = Reference(robot)
-    for k in range(STATES):
-        dt, method = DTS[k], METHODS[k % 2]
+    for k in range(STATES + 1):
+        dt, method = DTS[k % len(DTS)], METHODS[k % 3]
         q, qd, tau = random_state(robot, rng)
         f_ext = rng.normal(size=(robot.num_bodies, 6))
         grads = ref.integrator_gradient(q, qd, tau, dt, method, f_ext)
@@ -96,10 +132,14 @@ def test_integrator_gradient_matches_finite_differences(case, robot_cache, rng):
             q_n, qd_n = ref.integrator(q_, qd_, tau_, dt, method, f_ext)
             return np.concatenate([difference(robot, q_next, q_n), qd_n])
 
+        def fd(h):
+            return (tangent_fd(robot, lambda x: step(x, qd, tau), q, h), central_fd(lambda x: step(q, x, tau), qd, h),
+                    central_fd(lambda x: step(q, qd, x), tau, h))
+
         n = robot.nv
-        by_q = tangent_fd(robot, lambda x: step(x, qd, tau), q, H)
-        by_qd = central_fd(lambda x: step(q, x, tau), qd, H)
-        by_tau = central_fd(lambda x: step(q, qd, x), tau, H)
+        by_q, by_qd, by_tau = fd(H)
+        if method == "rk4":  # Richardson: the h^2 truncation term cancels (see the module docstring)
+            by_q, by_qd, by_tau = ((4 * b - a) / 3 for a, b in zip((by_q, by_qd, by_tau), fd(H / 2)))
         expected = (by_q[:n], by_qd[:n], by_tau[:n], by_q[n:], by_qd[n:], by_tau[n:])
         names = ("dq_next_dq", "dq_next_dqd", "dq_next_dtau", "dqd_next_dq", "dqd_next_dqd", "dqd_next_dtau")
         for g, e, what in zip(grads, expected, names):
@@ -179,7 +219,7 @@ def test_integrator_arguments(robot_cache, rng):
     b = ref.integrator(q, qd, tau, np.float64(0.01), method="semi_implicit_euler")
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     with pytest.raises(InputError, match="method"):
-        ref.integrator(q, qd, tau, 0.01, "rk4")
+        ref.integrator(q, qd, tau, 0.01, "midpoint")
     with pytest.raises(InputError, match="dt"):
         ref.integrator_gradient(q, qd, tau)
     with pytest.raises(InputError, match="dt"):
