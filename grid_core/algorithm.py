@@ -66,6 +66,9 @@ class Port:
     kind: str = "state"
     optional: bool = False
     default: Any = None
+    choices: tuple = ()
+    """An option port's accepted values, where it lists them (checked where the generated code fixes
+    the port's value and before a call with another value builds its library)."""
 
     @property
     def batched(self) -> bool:
@@ -113,20 +116,24 @@ def integration_inputs(robot: Robot) -> tuple[Port, ...]:
         Port("tau", (robot.nv,), "joint forces"),
         Port("dt", (), "time step (s), shared by the batch", kind="param"),
         Port("method", (), f"integration scheme: {' or '.join(INTEGRATION_METHODS)}", kind="option",
-             default="semi_implicit_euler"),
+             default="semi_implicit_euler", choices=INTEGRATION_METHODS),
         f_ext_port(robot),
         gravity_port(),
     )
 
 
-def check_integration_method(method, algorithm: str) -> str:
-    """``method`` if it is one of :data:`INTEGRATION_METHODS`, else the :class:`InputError` naming them."""
+def check_choice(value, choices: tuple, algorithm: str, name: str):
+    """``value`` if ``choices`` is empty or lists it, else the :class:`InputError` naming them."""
     from .errors import InputError
 
-    if method not in INTEGRATION_METHODS:
-        raise InputError(f"{algorithm}: argument 'method' must be one of {', '.join(INTEGRATION_METHODS)}, "
-                         f"got {method!r}")
-    return method
+    if choices and value not in choices:
+        raise InputError(f"{algorithm}: argument '{name}' must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def check_integration_method(method, algorithm: str) -> str:
+    """``method`` if it is one of :data:`INTEGRATION_METHODS`, else the :class:`InputError` naming them."""
+    return check_choice(method, INTEGRATION_METHODS, algorithm, "method")
 
 
 def frame_inputs(robot: Robot, *, velocity: bool = False) -> tuple[Port, ...]:
@@ -146,9 +153,11 @@ def generation_values(alg, robot: Robot, options) -> dict:
     ``options.frames``, resolved to :class:`~grid_core.model.Frame` objects (an unknown name the
     :class:`InputError` of :func:`~grid_core.model.frames.resolve_frames`); any other option port
     from the algorithm option of its name (``algorithm_options={alg: {port: value}}``), else the
-    port's default (``alg.outputs`` validates it: a bad value is its InputError).  What
-    ``alg.outputs(robot, **values)`` sizes the generated outputs by."""
-    from .errors import InputError
+    port's default (a value not among the port's ``choices`` is refused, an :class:`InputError`, as
+    ``alg.outputs`` refuses a bad one; a port with no default and no value is a
+    :class:`~grid_core.errors.CodegenError`).  What ``alg.outputs(robot, **values)`` sizes the
+    generated outputs by."""
+    from .errors import CodegenError, InputError
     from .model.frames import resolve_frames
 
     values = {}
@@ -157,7 +166,10 @@ def generation_values(alg, robot: Robot, options) -> dict:
         if p.kind != "option":
             continue
         if p.name != "frames":
-            values[p.name] = given.get(p.name, p.default)
+            if p.name not in given and p.default is None:
+                raise CodegenError(f"{alg.name}: option port '{p.name}' has no value to fix at generation time "
+                                   f"(algorithm_options={{'{alg.name}': {{'{p.name}': ...}}}})")
+            values[p.name] = check_choice(given.get(p.name, p.default), p.choices, alg.name, p.name)
             continue
         frames = resolve_frames(robot, getattr(options, "frames", None), alg.name)
         if not frames:

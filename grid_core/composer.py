@@ -503,6 +503,18 @@ class Composer:
         return layers
 
 
+def shared_helpers(emitters) -> list:
+    """The framework's helper groups the selected emitters declare
+    (:attr:`~grid_core.emit.emitter.Emitter.shared_helpers`), each once, in a fixed order."""
+    from .emit.lie_steps import SHARED_HELPERS
+
+    wanted = {g for e in emitters for g in e.shared_helpers}
+    unknown = wanted - set(SHARED_HELPERS)
+    if unknown:
+        raise CodegenError(f"unknown shared helper group(s) {sorted(unknown)} (known: {', '.join(SHARED_HELPERS)})")
+    return [node for g in SHARED_HELPERS if g in wanted for node in (*SHARED_HELPERS[g](), n.Blank())]
+
+
 def plan_arena(alg, robot: Robot, options: GenerateOptions) -> ArenaPlan:
     """The arena plan of ``alg`` for ``robot`` (its I/O, XImats, own and composed scratch)."""
     return Composer(robot, options).plan(alg.name)
@@ -556,6 +568,7 @@ def generate(robot, algorithms=None, *, registry=None, **options) -> str:
         n.Blank(),
         *ximats_helpers(robot),
         n.Blank(),
+        *shared_helpers(emitters),
         *grid_data(robot, fields),
         *algo_nodes,
     ]

@@ -136,9 +136,16 @@ class Emitter:
     in_default_set: bool = True
     """Whether a header (or a backend's library) built without a list of algorithms includes this
     one; False for code too large to compile by default on large robots (its users name it)."""
+    reloads_ximats: bool = False
+    """Whether the inner loads the transform data again itself (at another configuration, before
+    handing it to a composed inner): its ``s_XI`` is then writable."""
     composes: tuple[str, ...] = ()
     """Algorithms whose inners this one calls (through :meth:`Layers.compose`); each must be in
     the algorithm's ``depends_on``."""
+    shared_helpers: tuple[str, ...] = ()
+    """Groups of device functions of the framework this algorithm's code calls, emitted once per
+    header (:data:`grid_core.emit.lie_steps.SHARED_HELPERS`: ``"lie"``, the free-flyer's exponential
+    map and its derivatives)."""
     def resolve_options(self, options, tuning: dict):
         """``options`` with the knobs left to measurement (``auto``) replaced by the measured
         choice of ``tuning`` (this algorithm on this robot); what the arenas, the rungs and the

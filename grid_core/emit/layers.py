@@ -70,7 +70,10 @@ GRAVITY = ParamSpec("gravity", "const Gravity<T>",
                     "Gravity<{V}>({p}.x, {p}.y, {p}.z)")
 """Gravity in the world frame: 3 host values, or null for (0, 0, -9.81)."""
 
-PARAMS = {"gravity": GRAVITY}
+DT = ParamSpec("dt", "const T", "T({h}[0])", "{V}({p})")
+"""A time step: 1 host value."""
+
+PARAMS = {"gravity": GRAVITY, "dt": DT}
 """The param ports the generator knows, by name."""
 
 NULLABLE_NOTES = {"f_ext": "this state's external forces"}
@@ -224,7 +227,7 @@ class Layers:
                 else Param("const T *", p.name) for p in self.states]
         inner_params = [*out_s, *in_s]
         if self.needs_ximats:
-            inner_params.append(Param("const T *", "s_XI"))
+            inner_params.append(Param("T *" if self.emitter.reloads_ximats else "const T *", "s_XI"))
         for r in self.scratch_regions:
             inner_params += [Param("T *", f"s_{r.name}"), Param("T *", f"d_{r.name}")]
         inner_params += self._param_params()

@@ -146,13 +146,19 @@ class AbiBackend(LaunchSettings):
         backend whose code was generated for their values: this one where they are its values (or
         not given), else the same backend built for them (once per set of values, kept on this
         one): other ``frames`` as :attr:`frames`, another value of a port ``X`` as the algorithm
-        option ``X`` (:func:`~grid_core.algorithm.generation_values`)."""
+        option ``X`` (:func:`~grid_core.algorithm.generation_values`); a value not among the port's
+        :attr:`~grid_core.algorithm.Port.choices` is refused before any build."""
+        from ..algorithm import check_choice
         from ..model.frames import resolve_frames
 
-        options = {p.name: i for i, p in enumerate(alg.inputs(self.robot)) if p.kind == "option"}
-        given = {name: args[i] for name, i in options.items() if i < len(args)}
-        args = tuple(a for i, a in enumerate(args) if i not in options.values())  # the others stay
-        for name in options:
+        ports = {p.name: (i, p) for i, p in enumerate(alg.inputs(self.robot)) if p.kind == "option"}
+        at = {i for i, _ in ports.values()}
+        given = {name: args[i] for name, (i, _) in ports.items() if i < len(args)}
+        # the others stay at their positions (an option before them given as None), the trailing options dropped
+        args = tuple(None if i in at else a for i, a in enumerate(args))
+        while args and len(args) - 1 in at:
+            args = args[:-1]
+        for name in ports:
             if name in kwargs:
                 given[name] = kwargs.pop(name)
         built = self._values(alg)
@@ -164,7 +170,8 @@ class AbiBackend(LaunchSettings):
                 chosen = resolve_frames(self.robot, value, alg.name)
                 if chosen != built["frames"]:
                     wanted["frames"] = tuple(f.name for f in chosen)
-            elif value != built[name]:
+                continue
+            if check_choice(value, ports[name][1].choices, alg.name, name) != built[name]:  # before any build
                 wanted[name] = value
         if not wanted:
             return args, kwargs, self
