@@ -3,7 +3,9 @@
 Both in the same run, on the same URDFs (``robots/*.urdf``, Pinocchio with
 ``JointModelFreeFlyer`` where the robot's natural base floats): Pinocchio's ``rnea``,
 ``crba``, ``computeMinverse``, ``aba``, ``computeRNEADerivatives``,
-``computeABADerivatives``, ``ComputeRNEASecondOrderDerivatives`` and, for every default (leaf) frame, the frame placements and frame
+``computeABADerivatives``, ``ComputeRNEASecondOrderDerivatives``, one semi-implicit Euler step
+(``aba`` + ``integrate``) and its derivatives' ingredients (``computeABADerivatives`` + ``dIntegrate``
+d/dq and d/dv) and, for every default (leaf) frame, the frame placements and frame
 Jacobians (LOCAL_WORLD_ALIGNED) over a batch of random states on one core
 (``benchmarks/src/pinocchio_timing.cpp``, built against the ``pin`` wheel's headers and
 libraries), and every algorithm the header emits through ``CpuHandle`` at the same batch
@@ -15,6 +17,7 @@ sides alike.
 
     pip install -e .[test] cmeel-eigen cmeel-urdfdom-headers   # Pinocchio's C++ dependencies' headers
     python benchmarks/cpu_vs_pinocchio.py [--robots iiwa14 hyq go2 atlas g1] [--n 1024] [--rounds 21]
+        [--algorithms integrator integrator_gradient]
 
 writes ``benchmarks/results/cpu/<date>_<commit>.json`` and ``cpu_vs_pinocchio.rst`` there (the
 table the docs' benchmark page includes).
@@ -53,6 +56,10 @@ PAIRS = {
     "computeRNEADerivatives": (("inverse_dynamics_gradient",), 0.5),
     "computeABADerivatives": (("forward_dynamics_gradient",), 0.5),
     "ComputeRNEASecondOrderDerivatives": (("idsva_so",), 0.5),
+    # one semi-implicit Euler step (dt = 0.01): aba + integrate; its derivatives: computeABADerivatives
+    # and dIntegrate's two Jacobians (ours also forms the six blocks from them)
+    "abaIntegrate": (("integrator",), 0.5),
+    "abaDerivativesDIntegrate": (("integrator_gradient",), 0.5),
     # every default (leaf) frame: forwardKinematics + updateFramePlacements, and
     # computeJointJacobians + getFrameJacobian (LOCAL_WORLD_ALIGNED) per frame
     "framePlacements": (("end_effector_pose",), 0.5),
@@ -110,7 +117,7 @@ def time_pinocchio(program: Path, urdf: Path, floating: bool, n: int, rounds: in
     return {name: b[0] if name == "nq" else least_disturbed(b) for name, b in bursts.items()}
 
 
-def time_ours(robot, n: int, rounds: int, rng) -> dict:
+def time_ours(robot, n: int, rounds: int, rng, algorithms=None) -> dict:
     """Per emitted algorithm ``(one thread, two threads, their paired ratios)``, ns per state: the
     two handles called alternately, call by call, so that each pair meets the same load of the
     machine (on a shared VM the second core's availability drifts within minutes), and the
@@ -120,16 +127,18 @@ def time_ours(robot, n: int, rounds: int, rng) -> dict:
 
     from grid_core.composer import resolve_algorithms
 
-    emitted = [a.name for a in resolve_algorithms(None) if a.name in TIMED]
-    emitted += ["idsva_so"] if robot.name in SECOND_ORDER_ROBOTS else []
-    handles = {t: grid_core.CpuHandle(robot, emitted, threads=t) for t in (1, 2)}
+    if algorithms is None:  # every emitted algorithm with a Pinocchio counterpart
+        algorithms = [a.name for a in resolve_algorithms(None) if a.name in TIMED]
+        algorithms += ["idsva_so"] if robot.name in SECOND_ORDER_ROBOTS else []
+    handles = {t: grid_core.CpuHandle(robot, algorithms, threads=t) for t in (1, 2)}
     q, qd, qdd = random_state(robot, rng, n)
     tau = rng.uniform(-1, 1, qd.shape)
-    values = {"q": q, "qd": qd, "qdd": qdd, "tau": tau}
+    values = {"q": q, "qd": qd, "qdd": qdd, "tau": tau, "dt": 0.01}
     result = {}
-    for name in [a for a in handles[1]._emitted() if a in TIMED]:
+    for name in [a for a in handles[1]._emitted() if a in TIMED and a in algorithms]:
         alg = grid_core.algorithms()[name]
-        args = [values[p.name] for p in alg.inputs(robot) if p.kind == "state" and not p.optional]
+        args = [values[p.name] for p in alg.inputs(robot)
+                if (p.kind == "state" and not p.optional) or (p.kind == "param" and p.default is None)]
         fns = {t: getattr(h, name) for t, h in handles.items()}
         outs = {t: fn(*args) for t, fn in fns.items()}
         for _ in range(3):
@@ -271,6 +280,8 @@ def main(argv=None) -> int:
     ap.add_argument("--robots", nargs="+", default=list(ROBOTS))
     ap.add_argument("--n", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=21)
+    ap.add_argument("--algorithms", nargs="+", default=None,
+                    help="time only these of ours (and the rows they answer); default: every emitted one")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cpu")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
@@ -292,8 +303,10 @@ def main(argv=None) -> int:
         nq, nv = pin.pop("nq")
         if (nq, nv) != (robot.nq, robot.nv):
             raise SystemExit(f"{name}: Pinocchio's model has nq {nq:g} nv {nv:g}, ours {robot.nq} {robot.nv}")
-        ours = time_ours(robot, args.n, args.rounds, rng)
+        ours = time_ours(robot, args.n, args.rounds, rng, args.algorithms)
         for fn, (candidates, target) in PAIRS.items():
+            if args.algorithms and not set(candidates) & set(args.algorithms):
+                continue
             mine = next((c for c in candidates if c in ours), None)
             rows.append({"robot": name, "nv": robot.nv, "pinocchio_fn": fn, "pinocchio": spread(pin[fn]),
                          "ours": mine, "target": target,

@@ -26,12 +26,165 @@ from __future__ import annotations
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, check_integration_method, integration_inputs
-from grid_core.model import Robot
+from grid_core.arena import callee_rung, spill_ladder
+from grid_core.emit import nodes as n
+from grid_core.emit.emitter import Emitter
+from grid_core.emit.storage import local_declaration, regions, vector
+from grid_core.model import JointType, Robot
 from grid_core.model.lie import integrate
-from grid_core.review import ParallelismReview, not_applicable, todo
+from grid_core.review import ParallelismReview, done, not_applicable, todo
 
 RK4_STAGES = (0.5, 0.5, 1.0)
 """Where RK4's stages 2, 3 and 4 sit, as fractions of the step."""
+RK4_WEIGHTS = (2, 2, 1)
+"""Their weights in the step's sums (the first stage's is 1)."""
+
+
+# -- code generation -------------------------------------------------------------------
+#
+# An orchestrator on one XImats load: forward dynamics' inner (by handle) at the state, then the
+# update per cell: each velocity, each joint coordinate adding its increment, a free-flyer's
+# [p; quat] by the exponential map (the framework's shared "lie" helpers).  RK4 calls the composed
+# inner four times, loading XImats again at each stage's configuration first.
+
+
+def _fields(robot: Robot, method: str) -> tuple:
+    """The intermediate results: the forward dynamics' output and the increment ``q`` moves by; RK4
+    adds its stage's configuration and velocity and the two weighted sums."""
+    nv = robot.nv
+    out = (vector("stage_qdd", nv, "joint accelerations FD at the (stage's) state"),
+           vector("increment", nv, "the tangent vector q moves by"))
+    if method == "rk4":
+        out += (vector("stage_q", robot.nq, "a stage's configuration q (+) c dt v"),
+                vector("stage_qd", nv, "a stage's velocity qd + c dt a"),
+                vector("sum_qd", nv, "v1 + 2 v2 + 2 v3 + v4 (so far)"),
+                vector("sum_qdd", nv, "a1 + 2 a2 + 2 a3 + a4 (so far)"))
+    return out
+
+
+def _cells(robot: Robot) -> tuple[list, list]:
+    """``(plain, free_flyers)``: the ``(q index, v index)`` of every coordinate that adds its
+    increment, and of every free-flyer's first coordinate (mimic joints have none of their own)."""
+    plain, ff = [], []
+    for b in robot.bodies:
+        if b.mimic is not None:
+            continue
+        if b.jtype is JointType.FLOATING:
+            ff.append((b.q_index, b.v_index))
+        else:
+            plain += [(b.q_index + j, b.v_index + j) for j in range(b.nq)]
+    covered = sorted([qi for qi, _ in plain] + [qi + j for qi, _ in ff for j in range(7)])
+    assert covered == list(range(robot.nq)), "every coordinate of q is moved once"
+    return plain, ff
+
+
+def _move(layers, out: str, q: str, step: str, local: bool) -> list:
+    """``out = q (+) step`` (pointers): one cell per thread in the block layout (the tables of
+    :meth:`IntegratorEmitter.helpers`), straight-line code in the per-state one."""
+    plain, ff = _cells(layers.robot)
+    if local:
+        return ([n.Stmt(f"{out}[{qi}] = {q}[{qi}] + {step}[{vi}]") for qi, vi in plain]
+                + [n.Stmt(f"grid_exp6_xyzquat(&{out}[{qi}], &{q}[{qi}], &{step}[{vi}])") for qi, vi in ff])
+    pfx = layers.pfx
+    body = [n.Stmt(f"const int qi = {pfx}_Q_OF[i], vi = {pfx}_V_OF[i]")]
+    plain_stmt = n.Stmt(f"{out}[qi] = {q}[qi] + {step}[vi]")
+    if ff:
+        body += [n.If(f"i < {len(plain)}", [plain_stmt]),
+                 n.Block("else", [n.Stmt(f"grid_exp6_xyzquat(&{out}[qi], &{q}[qi], &{step}[vi])")])]
+    else:
+        body.append(plain_stmt)
+    return [n.BlockStrideLoop("i", len(plain) + len(ff), body)]
+
+
+class IntegratorEmitter(Emitter):
+    global_inputs = ("f_ext",)  # handed, in place, to the composed inner
+    nullable_inputs = ("f_ext",)
+    composes = ("forward_dynamics",)
+    reloads_ximats = True  # RK4's stages
+    shared_helpers = ("lie",)
+
+    def fields(self, layers) -> tuple:
+        return _fields(layers.robot, _method(layers))
+
+    def helpers(self, layers) -> list:
+        plain, ff = _cells(layers.robot)
+        cells = plain + ff
+        return [n.ConstArray("int", f"{layers.pfx}_Q_OF", [qi for qi, _ in cells], qualifiers="static __device__ const",
+                             comment="cell i of the update: q index (a free-flyer's first, after the coordinates "
+                                     "that add their increment)"),
+                n.ConstArray("int", f"{layers.pfx}_V_OF", [vi for _, vi in cells], qualifiers="static __device__ const",
+                             comment="... and its v index")]
+
+    def inner_doc(self, layers) -> str:
+        return f"Method: {_method(layers)} (fixed at generation time)."
+
+    def inner_body(self, layers) -> list:
+        fd = layers.compose("forward_dynamics")
+        a = {x: y.base for x, y in layers.arrays(self.fields(layers)).items()}
+        io = {p: f"s_{p}" for p in ("q", "qd", "tau", "q_next", "qd_next")}
+        return _steps(layers, fd, a, io, local=False)
+
+    def state_body(self, layers) -> list:
+        fd = layers.compose("forward_dynamics")
+        arr = layers.arrays(self.fields(layers), local=True)
+        a = {x: y.base for x, y in arr.items()}
+        io = {p: p for p in ("q", "qd", "tau", "q_next", "qd_next")}
+        return [local_declaration(arr.values(), comment="the intermediate results, local"),
+                *_steps(layers, fd, a, io, local=True)]
+
+
+def _method(layers) -> str:
+    return layers.ctx.values["method"]
+
+
+def _steps(layers, fd, a: dict, io: dict, local: bool) -> list:
+    """Both layouts' steps: ``a`` the intermediate results' arrays, ``io`` the ports' arrays."""
+    nv = layers.robot.nv
+
+    def each(stmts: list) -> list:  # a loop over the velocity cells: one per thread, or all in turn
+        return [n.For("int i = 0", f"i < {nv}", "++i", stmts) if local else n.BlockStrideLoop("i", nv, stmts)]
+
+    sync = [] if local else [n.Sync()]
+
+    def fd_at(q: str, qd: str, qdd: str) -> list:
+        if local:
+            return [layers.call_state(fd, {"USE_F_EXT": "USE_F_EXT"}, qdd=qdd, q=q, qd=qd, tau=io["tau"], f_ext="f_ext")]
+        return [layers.call_inner(fd, s_qdd=qdd, s_q=q, s_qd=qd, s_tau=io["tau"], f_ext="f_ext"), n.Sync()]
+
+    q, qd, acc, step = io["q"], io["qd"], a["stage_qdd"], a["increment"]
+    method = _method(layers)
+    if method != "rk4":
+        v = "v" if method == "semi_implicit_euler" else f"{qd}[i]"
+        return [
+            n.Comment("qdd = FD(q, qd, tau, f_ext): the composed forward dynamics"),
+            *fd_at(q, qd, acc),
+            n.Comment(f"qd_next = qd + dt qdd; q moves by dt {'qd_next' if v == 'v' else 'qd'}"),
+            *each([n.Stmt(f"const T v = {qd}[i] + dt * {acc}[i]"), n.Stmt(f"{io['qd_next']}[i] = v"),
+                   n.Stmt(f"{step}[i] = dt * {v}")]),
+            *sync,
+            n.Comment("q_next = q (+) increment"),
+            *_move(layers, io["q_next"], q, step, local)]
+    sq, sv, sum_v, sum_a = a["stage_q"], a["stage_qd"], a["sum_qd"], a["sum_qdd"]
+    out = [n.Comment("RK4, stage 1: a1 = FD(q, qd)"),
+           *fd_at(q, qd, acc),
+           *each([n.Stmt(f"{sv}[i] = {qd}[i]"), n.Stmt(f"{sum_v}[i] = {qd}[i]"), n.Stmt(f"{sum_a}[i] = {acc}[i]")])]
+    for k, (c, w) in enumerate(zip(RK4_STAGES, RK4_WEIGHTS), 2):
+        out += [n.Comment(f"stage {k}: q{k} = q (+) {c} dt v{k - 1}, v{k} = qd + {c} dt a{k - 1}, a{k} = FD(q{k}, v{k})"),
+                *each([n.Stmt(f"{step}[i] = T({c}) * dt * {sv}[i]"), n.Stmt(f"{sv}[i] = {qd}[i] + T({c}) * dt * {acc}[i]"),
+                       n.Stmt(f"{sum_v}[i] += T({w}) * {sv}[i]")]),
+                *sync,
+                *_move(layers, sq, q, step, local),
+                *sync,
+                *([] if local else [n.Comment("XImats at the stage's configuration, for the composed inner"),
+                                    n.Stmt(f"load_update_XImats<T>(s_XI, {sq})"), n.Sync()]),
+                *fd_at(sq, sv, acc),
+                *each([n.Stmt(f"{sum_a}[i] += T({w}) * {acc}[i]")])]
+    return [*out,
+            n.Comment("qd_next = qd + dt/6 (a1 + 2 a2 + 2 a3 + a4); q moves by dt/6 (v1 + 2 v2 + 2 v3 + v4)"),
+            *each([n.Stmt(f"{io['qd_next']}[i] = {qd}[i] + dt / T(6) * {sum_a}[i]"),
+                   n.Stmt(f"{step}[i] = dt / T(6) * {sum_v}[i]")]),
+            *sync,
+            *_move(layers, io["q_next"], q, step, local)]
 
 
 class Integrator(Algorithm):
@@ -52,14 +205,19 @@ class Integrator(Algorithm):
 with :math:`q \oplus v` Pinocchio's ``integrate`` (:math:`M \exp_6(v)` on a free-flyer).
 """
     depends_on = ("forward_dynamics",)
+    emitter = IntegratorEmitter
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: forward_dynamics' recursions (see its review)"),
-        P2=todo("the update is nq + nv independent cells (one exponential map per free-flyer): "
-                "fan them across the block after forward dynamics"),
-        P3=todo("the explicit-Euler q update needs no qdd: run it concurrently with forward "
-                "dynamics; the free-flyer's exp6 coefficients depend on qd (explicit) only"),
+        P2=done("the update is independent cells fanned across the block, one thread each: the nv "
+                "velocities, then each coordinate that adds its increment and each free-flyer's exponential "
+                "map (a baked table of q and v indices)"),
+        P3=todo("the explicit-Euler q update needs no qdd: it could run beside forward dynamics instead of "
+                "after it; RK4's stages are sequential (each needs the one before)"),
         P4=not_applicable("the state vectors are contiguous and read once; there is no structural "
                           "sparsity to compact"),
+        notes="an orchestrator on one XImats load (forward_dynamics' inner, by handle; RK4 calls it four "
+              "times, loading XImats again at each stage's configuration); the method is fixed at generation "
+              "time (algorithm_options={'integrator': {'method': ...}}; a call with another builds its code)",
     )
 
     def inputs(self, robot: Robot):
@@ -70,6 +228,13 @@ with :math:`q \oplus v` Pinocchio's ``integrate`` (:math:`M \exp_6(v)` on a free
             Port("q_next", (robot.nq,), "configuration after the step"),
             Port("qd_next", (robot.nv,), "velocity after the step"),
         )
+
+    def arenas(self, robot: Robot, options=None, method="semi_implicit_euler"):
+        return regions(_fields(robot, method))
+
+    def spill_rungs(self, robot: Robot, options=None):
+        return spill_ladder(("the callee's first spill", {callee_rung("forward_dynamics", 1)},
+                             "what the composed forward dynamics' rung 1 spills"))
 
     def reference(self, ctx, q, qd, tau, dt, method="semi_implicit_euler", f_ext=None,
                   gravity=DEFAULT_GRAVITY):

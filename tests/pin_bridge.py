@@ -137,6 +137,40 @@ def pin_forward_dynamics_at(robot, pq, qd, tau, f_ext=None, model=None):
     return pin.aba(model, data, pq, qd, tau, *extra)
 
 
+def pin_rk4(robot, q, qd, tau, dt, f_ext):
+    """The classical RK4 step written on Pinocchio: its forward dynamics at each stage, its
+    ``integrate`` placing the stages from q (as Crocoddyl's IntegratedActionModelRK4)."""
+    import pinocchio as pin
+
+    model, pq = pin_model(robot), to_pin_q(robot, q)
+
+    def fd(pq_, v_):
+        return pin_forward_dynamics_at(robot, pq_, v_, tau, f_ext, model)
+
+    k1v, k1a = qd, fd(pq, qd)
+    k2v = qd + dt / 2 * k1a
+    k2a = fd(pin.integrate(model, pq, dt / 2 * k1v), k2v)
+    k3v = qd + dt / 2 * k2a
+    k3a = fd(pin.integrate(model, pq, dt / 2 * k2v), k3v)
+    k4v = qd + dt * k3a
+    k4a = fd(pin.integrate(model, pq, dt * k3v), k4v)
+    return (pin.integrate(model, pq, dt / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)),
+            qd + dt / 6 * (k1a + 2 * k2a + 2 * k3a + k4a))
+
+
+
+def pin_step(robot, q, qd, tau, dt, method, f_ext=None):
+    """One integrator step on Pinocchio, ``(q_next as Pinocchio's q, qd_next)``: Euler (semi-implicit
+    or explicit) on its forward dynamics and ``integrate``, or :func:`pin_rk4`."""
+    import pinocchio as pin
+
+    if method == "rk4":
+        return pin_rk4(robot, q, qd, tau, dt, f_ext)
+    qd_next = qd + dt * pin_forward_dynamics(robot, q, qd, tau, f_ext)
+    v = dt * (qd_next if method == "semi_implicit_euler" else qd)
+    return pin.integrate(pin_model(robot), to_pin_q(robot, q), v), qd_next
+
+
 def robot_cases(exclude=()) -> list[tuple[str, bool | None]]:
     """``(name, floating_base)`` cases of the reference tests: the catalogue's robots at their
     natural base (minus ``exclude``), and the mimic robots on a free-flyer."""

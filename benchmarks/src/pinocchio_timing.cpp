@@ -63,8 +63,10 @@ int main(int argc, char **argv) {
         frames.push_back(model.getFrameId(name));
         names = comma == std::string::npos ? "" : names.substr(comma + 1);
     }
-    Eigen::MatrixXd d1 = Eigen::MatrixXd::Zero(model.nv, model.nv), d2 = d1, d3 = d1;
+    Eigen::MatrixXd d1 = Eigen::MatrixXd::Zero(model.nv, model.nv), d2 = d1, d3 = d1, Dq = d1, Dv = d1;
     pin::Data::Tensor3x t1(model.nv, model.nv, model.nv), t2 = t1, t3 = t1, t4 = t1;
+    const double dt = 0.01;  // the integrator's step (semi-implicit Euler, as GRiD's default method)
+    Eigen::VectorXd qn = Eigen::VectorXd::Zero(model.nq), vn = Eigen::VectorXd::Zero(model.nv), dv = vn;
     pin::Data::Matrix6x J = pin::Data::Matrix6x::Zero(6, model.nv);
     double sink = 0;  // keeps every result live
     std::vector<std::pair<const char *, std::function<void(int)>>> algorithms = {
@@ -83,6 +85,22 @@ int main(int argc, char **argv) {
         {"ComputeRNEASecondOrderDerivatives", [&](int i) {
              pin::ComputeRNEASecondOrderDerivatives(model, data, q[i], v[i], a[i], t1, t2, t3, t4);
              sink += t1(0, 0, 0) + t4(0, 0, 0);
+         }},
+        // one semi-implicit Euler step: vn = v + dt aba(q, v, tau), qn = integrate(q, dt vn)
+        {"abaIntegrate", [&](int i) {
+             vn = v[i] + dt * pin::aba(model, data, q[i], v[i], tau[i]);
+             dv = dt * vn;
+             pin::integrate(model, q[i], dv, qn);
+             sink += qn[0] + vn[0];
+         }},
+        // its Jacobians' ingredients: the ABA derivatives (and Minv), and dIntegrate at the step's
+        // increment, d/dq and d/dv (the products that compose the step's blocks are not timed)
+        {"abaDerivativesDIntegrate", [&](int i) {
+             pin::computeABADerivatives(model, data, q[i], v[i], tau[i], d1, d2, d3);
+             dv = dt * (v[i] + dt * data.ddq);
+             pin::dIntegrate(model, q[i], dv, Dq, pin::ARG0);
+             pin::dIntegrate(model, q[i], dv, Dv, pin::ARG1);
+             sink += d1(0, 0) + d2(0, 0) + Dq(0, 0) + Dv(0, 0);
          }},
     };
     if (!frames.empty()) {

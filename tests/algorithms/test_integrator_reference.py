@@ -28,7 +28,7 @@ from grid_core.model import JointType
 from grid_core.model.lie import se3_inverse_adjoint, se3_right_jacobian
 from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
 from tests.algorithms.second_order_support import CASES, STATES, case_id
-from tests.pin_bridge import pin_forward_dynamics, pin_forward_dynamics_at, pin_model, to_pin_q
+from tests.pin_bridge import pin_forward_dynamics, pin_model, pin_rk4, to_pin_q
 
 REL = 1e-9
 REL_FD = 1e-6
@@ -79,27 +79,6 @@ def test_integrator_matches_pinocchio(case, method, robot_cache, rng):
         assert_close(qd_next, qd_expected, REL, f"{robot.name}: qd_next")
         assert_close(to_pin_q(robot, q_next), pin.integrate(model, to_pin_q(robot, q), v), REL,
                      f"{robot.name}: q_next")
-
-
-def pin_rk4(robot, q, qd, tau, dt, f_ext):
-    """The classical RK4 step written on Pinocchio: its forward dynamics at each stage, its
-    ``integrate`` placing the stages from q (as Crocoddyl's IntegratedActionModelRK4)."""
-    import pinocchio as pin
-
-    model, pq = pin_model(robot), to_pin_q(robot, q)
-
-    def fd(pq_, v_):
-        return pin_forward_dynamics_at(robot, pq_, v_, tau, f_ext, model)
-
-    k1v, k1a = qd, fd(pq, qd)
-    k2v = qd + dt / 2 * k1a
-    k2a = fd(pin.integrate(model, pq, dt / 2 * k1v), k2v)
-    k3v = qd + dt / 2 * k2a
-    k3a = fd(pin.integrate(model, pq, dt / 2 * k2v), k3v)
-    k4v = qd + dt * k3a
-    k4a = fd(pin.integrate(model, pq, dt * k3v), k4v)
-    return (pin.integrate(model, pq, dt / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)),
-            qd + dt / 6 * (k1a + 2 * k2a + 2 * k3a + k4a))
 
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)

@@ -1,0 +1,141 @@
+"""Generated integrator: forward dynamics' inner composed by handle, then the step per cell (each
+joint coordinate adds its increment, mimic joints follow, a free-flyer moves by the SE(3)
+exponential map); RK4 composes the inner four times, XImats loaded again at each stage.
+
+The method is fixed at generation time (``algorithm_options={"integrator": {"method": ...}}``);
+a call with another builds, once, the library for it.  On CI's sample -- iiwa14 (fixed arm), go2
+(free-flyer), panda (a mimic finger), g1 (a humanoid, 29 dofs and a free-flyer) -- every tier and
+both layouts, with and without f_ext:
+
+* host emulation equals the reference at float64 rel 1e-9 and float32 rel 1e-4 (the suite's
+  float32 bound: the step carries forward dynamics' float32 error times dt; measured at most
+  9e-6 on g1, cond(M) 1.8e5, with RK4 at dt = 0.05, and 5e-7 on iiwa14 and panda): the default
+  method (semi-implicit Euler) and RK4 at rung 0 and the deepest rung in both precisions,
+  explicit Euler (one line apart from the default) at rung 0 in float64;
+* the CPU build (CpuHandle, per-state on SIMD lanes) equals it the same way (float32 for RK4);
+* float64, it equals Pinocchio: its aba and integrate for the Euler methods, a hand-written RK4 on
+  them for RK4 (tests/pin_bridge.py), rel 1e-9.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from conftest import load
+from grid_core import Reference
+from grid_core.algorithm import INTEGRATION_METHODS
+from grid_core.errors import InputError
+from grid_core.testing import assert_close, random_state
+from tests.generated import TOL, backend
+from tests.pin_bridge import pin_step, to_pin_q
+
+SAMPLE = ["iiwa14", "go2", "erd:panda", "g1"]
+N = 3
+DT = 0.01
+LAUNCHES = [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]
+DEFAULT = "semi_implicit_euler"
+
+
+@functools.cache
+def library(kind: str, name: str, method: str, spill: bool, dtype):
+    """The integrator generated for ``method`` alone (with what it composes), host-emulated or on the
+    CPU; ``spill``: the deepest rung forced."""
+    from grid_core import CpuHandle
+    from grid_core.testing import Emulated
+
+    opts = {"algorithm_options": {"integrator": {"method": method}}}
+    if kind == "cpu":
+        return CpuHandle(load(name), ["integrator"], dtype, quiet=True, **opts)
+    handle = Emulated(load(name), ["integrator"], dtype, quiet=True,
+                      **opts, **({"target_shared_mem_bytes": 0} if spill else {}))
+    handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
+    return handle
+
+
+def _inputs(robot, rng):
+    q, qd, _ = random_state(robot, rng, N)
+    return q, qd, rng.normal(size=(N, robot.nv)), rng.normal(size=(N, robot.num_bodies, 6))
+
+
+def _launches(name: str, method: str, spill: bool, dtype):
+    """The integrator generated for ``method`` on every tier and layout: the shared library of every
+    emitted algorithm for the default method (tests/generated.py), a library of its own else."""
+    lib = backend("emulated", name, spill, dtype) if method == DEFAULT else library("emulated", name, method, spill, dtype)
+    return [(f"{layout} tier {tier}", lib.with_launch(layout=layout, tier=tier)) for layout, tier in LAUNCHES]
+
+
+# (method, deepest rung, dtype): every method at rung 0 in float64; RK4, whose stages load XImats
+# again, and the default at the deepest rung and in float32 too (each an emulated build of its own)
+CASES = [("semi_implicit_euler", spill, dtype) for spill in (False, True) for dtype in (np.float64, np.float32)]
+CASES += [("rk4", spill, dtype) for spill in (False, True) for dtype in (np.float64, np.float32)]
+CASES += [("explicit_euler", False, np.float64)]
+
+
+@pytest.mark.parametrize(("method", "spill", "dtype"), CASES,
+                         ids=[f"{m}-{'deepest' if s else 'rung0'}-{np.dtype(d).name}" for m, s, d in CASES])
+@pytest.mark.parametrize("name", SAMPLE)
+def test_emulated_equals_the_reference(name, method, spill, dtype, rng):
+    robot = load(name)
+    ref = Reference(robot)
+    q, qd, tau, f_ext = _inputs(robot, rng)
+    for f in (None, f_ext):
+        expected = ref.integrator(q, qd, tau, DT, method, f)
+        for what, lib in _launches(name, method, spill, dtype):
+            out = lib.integrator(q, qd, tau, DT, method, f)
+            what = f"{name} {method} {np.dtype(dtype).name} {what} spill={spill} f_ext={f is not None}"
+            assert out[0].shape == (N, robot.nq) and out[1].shape == (N, robot.nv)
+            assert_close(out[0], expected[0], TOL[dtype], f"{what}: q_next")
+            assert_close(out[1], expected[1], TOL[dtype], f"{what}: qd_next")
+
+
+@pytest.mark.parametrize("method", INTEGRATION_METHODS)
+@pytest.mark.parametrize("name", SAMPLE)
+def test_cpu_equals_the_reference_and_pinocchio(name, method, rng):
+    robot = load(name)
+    ref = Reference(robot)
+    q, qd, tau, f_ext = _inputs(robot, rng)
+    for f in (None, f_ext):
+        expected = ref.integrator(q, qd, tau, DT, method, f)
+        for dtype in (np.float64, np.float32) if method == "rk4" else (np.float64,):
+            out = library("cpu", name, method, False, dtype).integrator(q, qd, tau, DT, method, f)
+            for got, exp, port in zip(out, expected, ("q_next", "qd_next")):
+                assert_close(got, exp, TOL[dtype], f"{name} {method} {np.dtype(dtype).name} cpu: {port}")
+        got = library("cpu", name, method, False, np.float64).integrator(q, qd, tau, DT, method, f)
+        for k in range(N):
+            pin_q, pin_qd = pin_step(robot, q[k], qd[k], tau[k], DT, method, None if f is None else f[k])
+            assert_close(to_pin_q(robot, got[0][k]), pin_q, 1e-9, f"{name} {method} state {k}: q_next vs Pinocchio")
+            assert_close(got[1][k], pin_qd, 1e-9, f"{name} {method} state {k}: qd_next vs Pinocchio")
+
+
+def test_a_call_with_another_method_builds_its_code(rng):
+    """A library generated for one method runs another through a build for it; a method no
+    integrator knows is refused before any build."""
+    from grid_core.testing import Emulated
+
+    robot = load("go2")
+    ref = Reference(robot)
+    q, qd, tau, _ = _inputs(robot, rng)
+    lib = library("emulated", "go2", "semi_implicit_euler", False, np.float64)
+    out = lib.integrator(q, qd, tau, DT, "rk4")
+    assert_close(out[0], ref.integrator(q, qd, tau, DT, "rk4")[0], 1e-9, "rk4 through the default library")
+    assert not np.allclose(out[0], ref.integrator(q, qd, tau, DT)[0], rtol=1e-9, atol=0)  # not the default's step
+    with pytest.raises(InputError, match="method"):
+        lib.integrator(q, qd, tau, DT, "midpoint")
+    with pytest.raises(InputError, match="dt"):
+        lib.integrator(q, qd, tau)
+    assert isinstance(lib, Emulated)
+
+
+def test_rk4_loads_ximats_at_each_stage_and_composes_forward_dynamics_by_handle():
+    from grid_core.composer import generate
+
+    header = generate(load("go2"), ["integrator"], algorithm_options={"integrator": {"method": "rk4"}})
+    start = header.index("__device__ void integrator_inner")
+    inner = header[start:header.index("__device__ void integrator_device", start)]
+    assert inner.count("forward_dynamics_inner<T") == 4
+    assert inner.count("load_update_XImats<T>(s_XI, s_stage_q)") == 3
+    assert inner.count("grid_exp6_xyzquat(") == 4  # stages 2-4 placed from q, then q_next
+    assert header.count("inline void grid_exp6_xyzquat(T *out") == 1
