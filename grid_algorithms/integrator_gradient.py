@@ -36,12 +36,161 @@ import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, check_integration_method, integration_inputs
-from grid_core.model import Robot
+from grid_core.arena import callee_rung, spill_ladder
+from grid_core.emit import nodes as n
+from grid_core.emit.emitter import Emitter
+from grid_core.emit.storage import local_declaration, regions, vector
+from grid_core.errors import CodegenError
+from grid_core.model import JointType, Robot
 from grid_core.model.lie import dintegrate, integrate
-from grid_core.review import ParallelismReview, not_applicable, todo
+from grid_core.review import ParallelismReview, done, not_applicable, todo
 
 RK4_STAGES = (0.5, 0.5, 1.0)
 """Where RK4's stages 2, 3 and 4 sit, as fractions of the step (the integrator's scheme)."""
+GENERATED_METHODS = ("semi_implicit_euler", "explicit_euler")
+"""The methods whose gradient is generated (RK4's is the reference's only)."""
+
+
+# -- code generation -------------------------------------------------------------------
+#
+# An orchestrator on one XImats load: forward_dynamics_gradient's inner (by handle) writes
+# d qdd / d (q, qd) straight into the qd_next rows, which it then scales in place; its composed
+# results (qdd, Minv) are read where it left them (its own declared fields); then, per free-flyer,
+# dIntegrate's two 6 x 6 blocks at the step's increment (the framework's shared "lie" helpers),
+# and the q_next rows: the identity's rows on every joint coordinate, the 6 x 6 products on a
+# free-flyer's.  The per-state layout composes the per-state functions of the gradient, of
+# forward dynamics (for qdd, where a free-flyer needs the increment) and of minv.
+
+
+def _free_flyers(robot: Robot) -> list[int]:
+    """The first v index of each free-flyer."""
+    return [b.v_index for b in robot.bodies if b.jtype is JointType.FLOATING and b.mimic is None]
+
+
+def _fields(robot: Robot) -> tuple:
+    out = (vector("increment", robot.nv, "the tangent vector q moves by"),)
+    ff = _free_flyers(robot)
+    return out + ((vector("dintegrate", 72 * len(ff), "per free-flyer: Dq = Ad(exp6(v)^-1), then Dv = Jr(v), "
+                           "6 x 6 row-major"),) if ff else ())
+
+
+class IntegratorGradientEmitter(Emitter):
+    global_inputs = ("f_ext",)  # handed, in place, to the composed inners
+    nullable_inputs = ("f_ext",)
+    composes = ("forward_dynamics_gradient", "forward_dynamics", "minv")
+    shared_helpers = ("lie",)
+
+    def composed(self, options, tuning):
+        return self.composes
+
+    def block_threads_hint(self, robot: Robot) -> int:
+        return robot.nv * robot.nv  # the blocks' cells, one thread each
+
+    def fields(self, layers) -> tuple:
+        return _fields(layers.robot)
+
+    def helpers(self, layers) -> list:
+        ff = _free_flyers(layers.robot)
+        row_ff = [-1] * layers.robot.nv
+        for k, v in enumerate(ff):
+            row_ff[v:v + 6] = [k] * 6
+        return [n.ConstArray("int", f"{layers.pfx}_FF_OF_ROW", row_ff, qualifiers="static __device__ const",
+                             comment="row r's free-flyer (-1: a joint coordinate, whose dIntegrate row is the identity's)"),
+                n.ConstArray("int", f"{layers.pfx}_FF_V", ff or [0], qualifiers="static __device__ const",
+                             comment="each free-flyer's first v index")]
+
+    def inner_doc(self, layers) -> str:
+        return f"Method: {layers.ctx.values['method']} (fixed at generation time)."
+
+    def inner_body(self, layers) -> list:
+        fdg = layers.compose("forward_dynamics_gradient")
+        done_by = layers.arrays(fdg.emitter.fields(fdg), owner=fdg)  # its results, where it left them
+        a = {x: y.base for x, y in layers.arrays(self.fields(layers)).items()}
+        io = {p.name: f"s_{p.name}" for p in (*layers.outputs, *layers.states) if p.name != "f_ext"}
+        return [
+            n.Comment("d qdd / d (q, qd), into the qd_next rows: the composed forward-dynamics gradient"),
+            layers.call_inner(fdg, s_dqdd_dq=io["dqd_next_dq"], s_dqdd_dqd=io["dqd_next_dqd"], s_q="s_q",
+                              s_qd="s_qd", s_tau="s_tau", f_ext="f_ext"),
+            n.Sync(),
+            *_body(layers, a, io, done_by["qdd"].base, done_by["inv_M"].base, local=False)]
+
+    def state_body(self, layers) -> list:
+        fdg, fd, minv = (layers.compose(x) for x in self.composes)
+        arr = layers.arrays(self.fields(layers), local=True)
+        a = {x: y.base for x, y in arr.items()}
+        io = {p.name: p.name for p in (*layers.outputs, *layers.states) if p.name != "f_ext"}
+        use = {"USE_F_EXT": "USE_F_EXT"}
+        need_qdd = bool(_free_flyers(layers.robot)) and layers.ctx.values["method"] == "semi_implicit_euler"
+        return [
+            local_declaration([*arr.values()], ["qdd[NUM_VEL]"] if need_qdd else [], comment="local"),
+            layers.call_state(fdg, use, dqdd_dq=io["dqd_next_dq"], dqdd_dqd=io["dqd_next_dqd"], q="q", qd="qd",
+                              tau="tau", f_ext="f_ext"),
+            *([layers.call_state(fd, use, qdd="qdd", q="q", qd="qd", tau="tau", f_ext="f_ext")] if need_qdd else []),
+            n.Comment("Minv, into the d qd_next / d tau rows"),
+            layers.call_state(minv, Minv=io["dqd_next_dtau"], q="q"),
+            *_body(layers, a, io, "qdd", io["dqd_next_dtau"], local=True)]
+
+
+def _body(layers, a: dict, io: dict, qdd: str, minv: str, local: bool) -> list:
+    """Both layouts' steps after the composed results: ``qdd`` and ``minv`` where they are."""
+    nv, pfx = layers.robot.nv, layers.pfx
+    ff = _free_flyers(layers.robot)
+    semi = layers.ctx.values["method"] == "semi_implicit_euler"
+    sync = [] if local else [n.Sync()]
+
+    def each(var: str, count, stmts: list) -> list:
+        return [n.For(f"int {var} = 0", f"{var} < {count}", f"++{var}", stmts) if local
+                else n.BlockStrideLoop(var, count, stmts)]
+
+    out = [n.Comment("the qd_next rows: dt d qdd / d q, I + dt d qdd / d qd, dt Minv (P2: a cell a thread)"),
+           *each("k", nv * nv, [
+               n.Stmt(f"const int r = k / {nv}, c = k % {nv}"),
+               n.Stmt(f"{io['dqd_next_dq']}[k] = dt * {io['dqd_next_dq']}[k]"),
+               n.Stmt(f"{io['dqd_next_dqd']}[k] = (r == c ? T(1) : T(0)) + dt * {io['dqd_next_dqd']}[k]"),
+               n.Stmt(f"{io['dqd_next_dtau']}[k] = dt * {minv}[k]")])]
+    if ff:
+        step = a["increment"]
+        inc = f"dt * ({io['qd']}[i] + dt * {qdd}[i])" if semi else f"dt * {io['qd']}[i]"
+        out += [n.Comment(f"the increment q moves by (dt {'qd_next' if semi else 'qd'}) and dIntegrate's blocks at "
+                          "it, per free-flyer"),
+                *each("i", nv, [n.Stmt(f"{step}[i] = {inc}")]),
+                *sync,
+                *each("f", len(ff), [n.Stmt(f"grid_dintegrate6(&{a['dintegrate']}[72 * f], "
+                                            f"&{a['dintegrate']}[72 * f + 36], &{step}[{pfx}_FF_V[f]])")]),
+                *sync]
+    else:
+        out += sync
+    blocks = (("dq_next_dq", "dqd_next_dq", True), ("dq_next_dqd", "dqd_next_dqd", False),
+              ("dq_next_dtau", "dqd_next_dtau", False))
+    plain, flyer = [], []
+    for q_out, qd_rows, with_dq in blocks:
+        if semi:  # D_q [I] + dt D_v (the qd_next rows)
+            plain.append(n.Stmt(f"{io[q_out]}[k] = {'(r == c ? T(1) : T(0)) + ' if with_dq else ''}"
+                                f"dt * {io[qd_rows]}[k]"))
+            flyer += [n.Stmt("acc = T(0)"),
+                      n.For("int j = 0", "j < 6", "++j",
+                            [n.Stmt(f"acc += D[36 + 6 * i + j] * {io[qd_rows]}[(b + j) * {nv} + c]")]),
+                      n.Stmt(f"{io[q_out]}[k] = {'(in ? D[6 * i + c - b] : T(0)) + ' if with_dq else ''}dt * acc")]
+        else:  # explicit: (D_q, dt D_v, 0)
+            plain.append(n.Stmt(f"{io[q_out]}[k] = " + {"dq_next_dq": "r == c ? T(1) : T(0)",
+                                                        "dq_next_dqd": "r == c ? dt : T(0)",
+                                                        "dq_next_dtau": "T(0)"}[q_out]))
+            flyer.append(n.Stmt(f"{io[q_out]}[k] = " + {"dq_next_dq": "in ? D[6 * i + c - b] : T(0)",
+                                                        "dq_next_dqd": "in ? dt * D[36 + 6 * i + c - b] : T(0)",
+                                                        "dq_next_dtau": "T(0)"}[q_out]))
+    cell = [n.Stmt(f"const int r = k / {nv}, c = k % {nv}")]
+    if ff:
+        cell += [n.Stmt(f"const int f = {pfx}_FF_OF_ROW[r]"),
+                 n.If("f < 0", plain),
+                 n.Block("else", [n.Stmt(f"const int b = {pfx}_FF_V[f], i = r - b"),
+                                  n.Stmt("const bool in = c >= b && c < b + 6"),
+                                  n.Stmt(f"const T *D = &{a['dintegrate']}[72 * f]"),
+                                  *([n.Stmt("T acc")] if semi else []), *flyer])]
+    else:
+        cell += plain
+    return [*out, n.Comment("the q_next rows: dIntegrate's rows times the qd_next rows (a cell a thread; a joint "
+                            "coordinate's row of D_q and D_v is the identity's)"),
+            *each("k", nv * nv, cell)]
 
 
 class IntegratorGradient(Algorithm):
@@ -65,16 +214,19 @@ Explicit Euler (:math:`v = \Delta t\, \dot q`): the same :math:`\dot q^+` rows,
 :math:`\partial q^+ / \partial (q, \dot q, \tau) = (D_q,\ \Delta t\, D_v,\ 0)`.
 """
     depends_on = ("forward_dynamics", "forward_dynamics_gradient", "minv")
+    emitter = IntegratorGradientEmitter
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: the recursions are those of "
                           "forward_dynamics_gradient and minv (see their reviews)"),
-        P2=todo("the six nv x nv blocks are 6 nv^2 independent cells (the Dv products only "
-                "touch the free-flyer's six rows): fan them across the block"),
-        P3=todo("Minv is computed inside forward_dynamics_gradient already: the orchestrator "
-                "must reuse it for dqd_next_dtau instead of a second minv (the reference calls "
-                "minv again, for clarity)"),
-        P4=todo("Dq and Dv are the identity except one 6x6 block per free-flyer: apply them as "
-                "that block (a row-band update), never as dense nv x nv products"),
+        P2=done("the six nv x nv blocks are 6 nv^2 independent cells: one cell (of the qd_next rows, then of "
+                "the q_next rows) per thread; dIntegrate's blocks one free-flyer per thread"),
+        P3=todo("done in the block layout: qdd and Minv are read where the composed gradient left them (no "
+                "second minv or forward dynamics). Left: the per-state layout calls minv (and forward dynamics, "
+                "where a free-flyer needs qdd) again, for the composed per-state function keeps its results local"),
+        P4=done("Dq and Dv are applied as the identity on every joint coordinate's row and as one 6 x 6 block "
+                "per free-flyer (a row-band product of 6 terms), never as dense nv x nv products"),
+        notes="an orchestrator on one XImats load (forward_dynamics_gradient's inner, by handle); the method is "
+              "fixed at generation time (Euler methods: RK4's gradient runs on the Reference)",
     )
 
     def inputs(self, robot: Robot):
@@ -90,6 +242,17 @@ Explicit Euler (:math:`v = \Delta t\, \dot q`): the same :math:`\dot q^+` rows,
             Port("dqd_next_dqd", (n, n), "d qd_next / d qd"),
             Port("dqd_next_dtau", (n, n), "d qd_next / d tau"),
         )
+
+    def arenas(self, robot: Robot, options=None, method="semi_implicit_euler"):
+        if method not in GENERATED_METHODS:  # the code is generated for the method fixed at generation time
+            raise CodegenError(f"integrator_gradient: method {method!r} is not generated (the generated code does "
+                               f"{' and '.join(GENERATED_METHODS)}; RK4's gradient runs on the Reference)")
+        return regions(_fields(robot))
+
+    def spill_rungs(self, robot: Robot, options=None):
+        return spill_ladder(("the callees' first spill",
+                             {callee_rung(c, 1) for c in IntegratorGradientEmitter.composes},
+                             "what the composed algorithms' rung 1 spills"))
 
     def reference(self, ctx, q, qd, tau, dt, method="semi_implicit_euler", f_ext=None,
                   gravity=DEFAULT_GRAVITY):

@@ -1,6 +1,5 @@
 """The second-order algorithms and the integrators: each its own plugin, each with its
-parallelism review (the GPU emitters of fdsva_so and the integrator's gradient do not exist yet:
-the review states the plan)."""
+parallelism review (the GPU emitter of fdsva_so does not exist yet: the review states the plan)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ SECOND_ORDER = (
     "integrator",
     "integrator_gradient",
 )
-EMITTED = ("end_effector_pose_hessian", "idsva_so", "integrator")
+EMITTED = ("end_effector_pose_hessian", "idsva_so", "integrator", "integrator_gradient")
 NOT_EMITTED = tuple(name for name in SECOND_ORDER if name not in EMITTED)
 
 
@@ -44,12 +43,13 @@ def test_grid_review_prints_the_plan(name):
         assert verdict.reason in result.output
 
 
-def test_the_integrator_is_emitted_and_its_review_printed():
-    alg = algorithms()["integrator"]
+@pytest.mark.parametrize("name", ["integrator", "integrator_gradient"])
+def test_the_integrators_are_emitted_and_their_reviews_printed(name):
+    alg = algorithms()[name]
     result = CliRunner().invoke(main, ["review", alg.name])
     assert result.exit_code == 0, result.output
     assert alg.has_emitter() and "not yet emitted" not in result.output
-    assert "layouts: block-cooperative" in result.output and "INTEGRATOR_PER_STATE_MIN_N" in result.output
+    assert "layouts: block-cooperative" in result.output and f"{name.upper()}_PER_STATE_MIN_N" in result.output
     for key, title in PATTERNS.items():
         verdict = getattr(alg.review, key)
         assert f"{key} {title}: {verdict.verdict.value}" in result.output

@@ -1,0 +1,174 @@
+"""Generated integrator gradient: forward_dynamics_gradient's inner composed by handle (its results,
+qdd and Minv, read where it left them), dIntegrate's 6 x 6 blocks per free-flyer (the framework's
+shared "lie" helpers), then the six blocks cell by cell.  The Euler methods are generated (the
+method fixed at generation time); RK4's gradient runs on the Reference.
+
+On CI's sample -- iiwa14 (fixed arm), go2 (free-flyer), panda (a mimic finger), g1 (a humanoid, 29
+dofs and a free-flyer) -- at rung 0 and the deepest rung, every tier and both layouts:
+
+* semi-implicit Euler (the default) through the shared libraries of every emitted algorithm
+  (tests/generated.py), float64 at rel 1e-9; float32 at rel 1e-4, but for dt d qdd / d q and dt Minv,
+  which carry forward dynamics' gradient's and Minv's float32 error and are judged as those are
+  (tests/generated.py's assert_solves: the forward error where cond(M) eps32 allows 1e-4, else the
+  backward error of M x = b; measured 1.5e-4 forward error on g1, cond(M) 1.8e5);
+* explicit Euler, float64, in a library of its own at rung 0;
+* the CPU build (CpuHandle) both methods, float64;
+* against central differences of the generated integrator (float64, h = 3e-5, rel 1e-6 as the
+  reference's test), and against Pinocchio's computeABADerivatives and dIntegrate (rel 1e-9).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from conftest import load
+from grid_core import Reference
+from grid_core.errors import CodegenError
+from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
+from tests.generated import TOL, assert_solves, backend
+from tests.pin_bridge import pin_model, to_pin_q
+
+SAMPLE = ["iiwa14", "go2", "erd:panda", "g1"]
+N = 3
+DT = 0.01
+LAUNCHES = [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]
+NAMES = ("dq_next_dq", "dq_next_dqd", "dq_next_dtau", "dqd_next_dq", "dqd_next_dqd", "dqd_next_dtau")
+
+
+@functools.cache
+def library(kind: str, name: str, method: str, dtype=np.float64):
+    """The integrator gradient and the integrator generated for ``method`` (with what they compose),
+    host-emulated at rung 0 or on the CPU."""
+    from grid_core import CpuHandle
+    from grid_core.testing import Emulated
+
+    opts = {"algorithm_options": {"integrator_gradient": {"method": method}, "integrator": {"method": method}}}
+    if kind == "cpu":
+        return CpuHandle(load(name), ["integrator", "integrator_gradient"], dtype, quiet=True, **opts)
+    handle = Emulated(load(name), ["integrator", "integrator_gradient"], dtype, quiet=True, **opts)
+    handle.set_poison(True)
+    return handle
+
+
+def _inputs(robot, rng):
+    q, qd, _ = random_state(robot, rng, N)
+    return q, qd, rng.normal(size=(N, robot.nv)), rng.normal(size=(N, robot.num_bodies, 6))
+
+
+def _check(out, expected, tol, what, names=NAMES):
+    for got, exp, port in zip(out, expected, names):
+        assert got.shape == exp.shape
+        assert_close(got, exp, tol, f"{what}: {port}")
+
+
+@pytest.mark.parametrize("spill", [False, True], ids=["rung0", "deepest-rung"])
+@pytest.mark.parametrize("name", SAMPLE)
+def test_semi_implicit_equals_the_reference(name, spill, rng):
+    robot = load(name)
+    ref = Reference(robot)
+    q, qd, tau, f_ext = _inputs(robot, rng)
+    M = ref.crba(q)
+    for f in (None, f_ext):
+        expected = ref.integrator_gradient(q, qd, tau, DT, "semi_implicit_euler", f)
+        dtau = ref.inverse_dynamics_gradient(q, qd, ref.forward_dynamics(q, qd, tau, f), f)
+        for dtype in (np.float64, np.float32):
+            b = backend("emulated", name, spill, dtype)
+            for layout, tier in LAUNCHES:
+                out = b.with_launch(layout=layout, tier=tier).integrator_gradient(q, qd, tau, DT, None, f)
+                what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} spill={spill} f_ext={f is not None}"
+                if dtype is np.float64:
+                    _check(out, expected, TOL[dtype], what)
+                    continue
+                # float32: dt d qdd / d q and dt Minv carry forward dynamics' gradient's and Minv's float32
+                # error (g1: 1.5e-4 forward error at cond(M) 1.8e5), judged as those algorithms' tests judge
+                # them (forward error where cond(M) eps32 allows it, else the backward error of M x = b)
+                assert_solves(out[3] / DT, expected[3] / DT, M, -dtau[0], dtype, f"{what}: dqd_next_dq / dt")
+                assert_solves(out[5] / DT, expected[5] / DT, M, np.broadcast_to(np.eye(robot.nv), M.shape), dtype,
+                              f"{what}: dqd_next_dtau / dt")
+                _check([out[k] for k in (0, 1, 2, 4)], [expected[k] for k in (0, 1, 2, 4)], TOL[dtype], what,
+                       [NAMES[k] for k in (0, 1, 2, 4)])
+
+
+@pytest.mark.parametrize("name", SAMPLE)
+def test_explicit_euler_and_the_cpu_build(name, rng):
+    robot = load(name)
+    ref = Reference(robot)
+    q, qd, tau, f_ext = _inputs(robot, rng)
+    for method in ("explicit_euler", "semi_implicit_euler"):
+        expected = ref.integrator_gradient(q, qd, tau, DT, method, f_ext)
+        _check(library("cpu", name, method).integrator_gradient(q, qd, tau, DT, method, f_ext), expected, 1e-9,
+               f"{name} {method} cpu")
+    lib = library("emulated", name, "explicit_euler")
+    expected = ref.integrator_gradient(q, qd, tau, DT, "explicit_euler", f_ext)
+    for layout, tier in LAUNCHES:
+        out = lib.with_launch(layout=layout, tier=tier).integrator_gradient(q, qd, tau, DT, "explicit_euler", f_ext)
+        _check(out, expected, 1e-9, f"{name} explicit_euler {layout} tier {tier}")
+
+
+def difference(robot, q0, q1):
+    """``q1 (-) q0`` in the tangent space at ``q0`` (the reference test's, Pinocchio's log6 on a free-flyer)."""
+    from tests.algorithms.test_integrator_reference import difference as diff
+
+    return diff(robot, q0, q1)
+
+
+@pytest.mark.parametrize("method", ["semi_implicit_euler", "explicit_euler"])
+@pytest.mark.parametrize("name", ["iiwa14", "go2", "erd:panda"])
+def test_equals_central_differences_of_the_generated_integrator(name, method, rng):
+    robot = load(name)
+    lib = library("emulated", name, method)
+    q, qd, tau, f_ext = (x[0] for x in _inputs(robot, rng))
+    qd = 5 * qd  # base rotations of a few tenths of a radian over the step
+    grads = lib.integrator_gradient(q, qd, tau, 0.05, method, f_ext)
+    q_next = lib.integrator(q, qd, tau, 0.05, method, f_ext)[0]
+
+    def step(q_, qd_, tau_):
+        q_n, qd_n = lib.integrator(q_, qd_, tau_, 0.05, method, f_ext)
+        return np.concatenate([difference(robot, q_next, q_n), qd_n])
+
+    h, n = 3e-5, robot.nv
+    by_q = tangent_fd(robot, lambda x: step(x, qd, tau), q, h)
+    by_qd = central_fd(lambda x: step(q, x, tau), qd, h)
+    by_tau = central_fd(lambda x: step(q, qd, x), tau, h)
+    expected = (by_q[:n], by_qd[:n], by_tau[:n], by_q[n:], by_qd[n:], by_tau[n:])
+    for g, e, what in zip(grads, expected, NAMES):
+        if what == "dq_next_dtau" and method == "explicit_euler":
+            assert not g.any() and np.abs(e).max() < 1e-9
+            continue
+        assert_close(g, e, 1e-6, f"{name} {method}: {what}")
+
+
+@pytest.mark.parametrize("name", ["iiwa14", "go2", "g1"])
+def test_equals_pinocchios_aba_derivatives_and_dintegrate(name, rng):
+    """Semi-implicit Euler composed from Pinocchio: computeABADerivatives (d qdd / d q, d qdd / d v,
+    Minv, qdd) and dIntegrate at v = dt qd_next (ARG0, ARG1).  Not on a mimic robot: Pinocchio 4.1's
+    computeABADerivatives does not take mimic joints (panda's gradient is held to the reference,
+    itself proven against Pinocchio's crba-based derivatives in the reference tests)."""
+    import pinocchio as pin
+
+    robot = load(name)
+    model = pin_model(robot)
+    data = model.createData()
+    b = backend("emulated", name, False, np.float64)
+    q, qd, tau, _ = (x[0] for x in _inputs(robot, rng))
+    out = b.integrator_gradient(q, qd, tau, DT)
+    pq = to_pin_q(robot, q)
+    pin.computeABADerivatives(model, data, pq, qd, tau)
+    dq, dv, qdd = data.ddq_dq.copy(), data.ddq_dv.copy(), data.ddq.copy()
+    Minv = np.triu(data.Minv) + np.triu(data.Minv, 1).T
+    v = DT * (qd + DT * qdd)
+    Dq, Dv = pin.dIntegrate(model, pq, v, pin.ARG0), pin.dIntegrate(model, pq, v, pin.ARG1)
+    I = np.eye(robot.nv)
+    dqd = (DT * dq, I + DT * dv, DT * Minv)
+    expected = (Dq + DT * Dv @ dqd[0], DT * Dv @ dqd[1], DT * Dv @ dqd[2], *dqd)
+    _check(out, expected, 1e-9, f"{name} vs Pinocchio")
+
+
+def test_rk4_is_not_generated():
+    from grid_core.composer import generate
+
+    with pytest.raises(CodegenError, match="RK4's gradient runs on the Reference"):
+        generate(load("iiwa14"), ["integrator_gradient"], algorithm_options={"integrator_gradient": {"method": "rk4"}})
