@@ -36,9 +36,12 @@ NVCC_GRADIENT_SAMPLE = ["iiwa14", "erd:double_pendulum_continuous"]
 forward-dynamics gradient, which inlines forward dynamics, minv and the inverse-dynamics
 gradient into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here; every robot
 under GRID_FULL_SWEEP=1."""
-GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient", "end_effector_pose_hessian")
+GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient", "end_effector_pose_hessian", "integrator_gradient")
 """The heavy derivatives, compiled with nvcc and run on the CPU backend on CI's samples only."""
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
+PARAM_VALUES = {"gravity": "{ns}Gravity<{T}>()", "dt": "{T}(0.01)"}
+"""A C++ value of each param port, for the tests that call the generated functions from C++ (``{ns}``:
+the header's namespace and ``::``, ``{T}``: the scalar type)."""
 
 
 def emitted() -> list[str]:

@@ -15,7 +15,7 @@ from conftest import load
 from grid_core.composer import Composer, GenerateOptions, generate
 from grid_core.resources import describe_kernel, parse_ptxas
 from grid_core.runtime.cuda import find_nvcc
-from tests.generated import GRADIENTS, NVCC_ROBOTS, nvcc_algorithms
+from tests.generated import GRADIENTS, NVCC_ROBOTS, PARAM_VALUES, nvcc_algorithms
 
 DRIVER = """
 #include "rung0.cuh"
@@ -39,7 +39,8 @@ def calls(robot, ns: str, algorithms) -> tuple[list[str], dict[str, int]]:
         out.append(f"    {ns}::{name}_launch<T>({nulls}, 0, {ns}::LaunchConfig(), nullptr, 0, nullptr);")
         host = getattr(layers, "host", None)
         if host is not None:
-            params = ", ".join(["nullptr", "nullptr"] + [f"{ns}::Gravity<T>()"] * len(layers.params)
+            params = ", ".join(["nullptr", "nullptr"] + [PARAM_VALUES[p.name].format(ns=f"{ns}::", T="T")
+                                                         for p in layers.params]
                                + ["0", "dim3(1)", "dim3(1)", "nullptr"])
             for flag in ("true", "false"):
                 targs = ", ".join(["T"] + [flag] * (len(host.template) - 1))
