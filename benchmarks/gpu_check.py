@@ -295,10 +295,13 @@ def _nvcc(cmd, output: Path, inputs, what: str) -> None:
 
 # timed by the generic bench (src/bench.cu); GRID_CHECK_ALGORITHMS=crba,... for a quick rerun of some
 def emitted_algorithms() -> list[str]:
-    """Every algorithm with a GPU emitter, sorted (one library holds them all)."""
+    """Every algorithm of the default set, sorted (one library holds them all, the same list as
+    tests.generated.emitted, so the test libraries built here are the ones the tests load):
+    those with a GPU emitter but the ones a header built without a list leaves out
+    (``Emitter.in_default_set``: idsva_so, too large for a humanoid; GRID_CHECK_ALGORITHMS names it)."""
     import grid_core
 
-    return sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter())
+    return sorted(a for a, x in grid_core.algorithms().items() if x.has_emitter() and x.emitter.in_default_set)
 
 
 def _emitted() -> str:

@@ -613,13 +613,14 @@ def prepare(name: str, dtype, backend: str, max_n: int, seed: int = 0) -> Side:
         robot = grid_core.load_robot(name)
     model = mujoco_model(robot, urdf_text(name))
     check_model(robot, model)
-    # every emitted algorithm, as the libraries already in the build cache hold them: on the GPU
-    # those of gpu_check's build phase and the gpu tests (tests/generated.py), on the CPU
-    # CpuHandle's default
+    # every emitted algorithm of the default set (Emitter.in_default_set), sorted, as the libraries
+    # already in the build cache hold them: on the GPU those of gpu_check's build phase and the gpu
+    # tests (tests/generated.py), on the CPU CpuHandle's default
     if backend == "gpu":
         from grid_core.runtime import RobotHandle
 
-        handle = RobotHandle(robot, sorted(n for n, a in grid_core.algorithms().items() if a.has_emitter()), dtype)
+        default = sorted(n for n, a in grid_core.algorithms().items() if a.has_emitter() and a.emitter.in_default_set)
+        handle = RobotHandle(robot, default, dtype)
     else:
         from grid_core.runtime.cpu import CpuHandle
 
