@@ -200,14 +200,7 @@ class AB:
                 for r in ROBOTS for form, v in self.forms.items()] if algs else []
 
 
-def _minv() -> list:
-    return [a for a in ("minv",) if a in ALGORITHMS]
-
-
 AB_MODES = {
-    # Minv's per-state column frames (forward dynamics by Minv runs Minv's per-state code)
-    "frame": AB("per_state_frame", {"rootframe": "root", "bodyframe": "body"}, _minv,
-                lambda: [a for a in ("minv", "forward_dynamics") if a in ALGORITHMS]),
     # staged through shared memory or plain, each forced: from which batch an algorithm that
     # stages by default does (its per_state_stage_min_n)
     "stage": AB("per_state_stage_min_n", {"staged": 1, "plain": 1 << 30}, _stage_algorithms, _stage_algorithms),
@@ -239,9 +232,9 @@ def _ab_algorithms(label: str) -> list | None:
 
 def variants():
     """(label, robot, generate options): normal, forced deepest spill, per-body sweeps, per-state
-    occupancy, and the A/Bs of AB_MODES (Minv's column frames, staged or plain, ring or per-thread
-    stores, spread or packed).  GRID_CHECK_VARIANTS=base: the default builds only; =spill, =occ or an
-    A/B's name (frame, stage, ring, spread; several joined by commas): those and the default builds
+    occupancy, and the A/Bs of AB_MODES (staged or plain, ring or per-thread stores, spread or
+    packed).  GRID_CHECK_VARIANTS=base: the default builds only; =spill, =occ or an A/B's name
+    (stage, ring, spread; several joined by commas): those and the default builds
     (a quick run: spill adds the forced deepest rung, which the sanitize phase also covers)."""
     out = []
     modes = _modes()

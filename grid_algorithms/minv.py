@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 
-import attrs
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
@@ -305,19 +304,8 @@ class _Block:
         return Schur(self.cols.rel, self.entry).block(self.arr["KL"], self.arr["Z"], self.io["Minv"])
 
 
-@attrs.frozen
-class MinvOptions(sweeps.SweepOptions):
-    """Minv's options: the block layout's sweep form, and the frame of the per-state columns."""
-
-    per_state_frame: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "root", "body")))
-    """The per-state layout's column passes: ``root`` (U and S of every body carried into its
-    tree's root frame once, then no transform per body and column: fewer operations, a longer
-    chain before the first column), ``body`` (each column transformed body to body), or ``auto``
-    (the measured choice for the robot, else root)."""
-
-
 class MinvEmitter(Emitter):
-    Options = MinvOptions
+    Options = sweeps.SweepOptions
     staged = True
     stage_by_default = True  # nv^2 outputs per state
 
@@ -361,23 +349,21 @@ class MinvEmitter(Emitter):
                 return art.to_parent(sc, steps.X(sc, body), Ia)
 
         sweeps.depth_first_sums(robot, scope, io, lambda b: ss.sym6_of(b.inertia), finish, "IA")
-        root = layers.ctx.knob("per_state_frame", "auto", "root")[0] == "root"
-        U, S = {b: ud[b].U for b in ud}, {}  # U and S in the frame the columns are carried in
-        if root:
-            # the columns in the frame of their tree's root (Pinocchio's world frame): U and S of
-            # every body carried there once, so a column's force F goes up (F += U m) and its
-            # acceleration P down (P += S m) with no transform per body and column
-            scope.comment("U and S of every body in its tree's root frame")
-            frames = ss.root_frames(robot, io["xi"], scope)
-            for body in robot.bodies:
-                b = body.index
-                if body.parent < 0:
-                    S[b] = steps.S[b]
-                    continue
-                E, r = frames[b]
-                U[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U[b]]
-                if not cols.leaf[b]:
-                    S[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
+        # the columns in the frame of their tree's root (Pinocchio's world frame): U and S of every
+        # body carried there once, so a column's force F goes up (F += U m) and its acceleration P
+        # down (P += S m) with no transform per body and column
+        scope.comment("U and S of every body in its tree's root frame")
+        frames = ss.root_frames(robot, io["xi"], scope)
+        U, S = {b: ud[b].U for b in ud}, {}
+        for body in robot.bodies:
+            b = body.index
+            if body.parent < 0:
+                S[b] = steps.S[b]
+                continue
+            E, r = frames[b]
+            U[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U[b]]
+            if not cols.leaf[b]:
+                S[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
         final: dict = {}  # the upper triangle's entries
         for j in range(cols.n):
             (bj, own), back, F = cols.rel.owner[j], {}, None
@@ -386,7 +372,7 @@ class MinvEmitter(Emitter):
                 body = robot.bodies[a]
                 back[a] = m = steps.backward(scope, body, ud[a].Dinv, F, own if a == bj else None, S.get(a))
                 if body.parent >= 0:
-                    F = steps.transfer(scope, body, U[a], m, F, to_parent=not root)
+                    F = steps.transfer(scope, body, U[a], m, F, to_parent=False)
             P: dict = {}
             for body in robot.bodies:
                 b, p = body.index, body.parent
@@ -394,7 +380,7 @@ class MinvEmitter(Emitter):
                 if not i0 <= j < tend:
                     continue
                 minv, Pb = steps.forward(scope, body, U[b], ud[b].Dinv, P[p] if p >= 0 else None, back.get(b),
-                                         S.get(b), transform=not root)
+                                         S.get(b), transform=False)
                 for r in range(i0, min(d0, j + 1)):
                     final[(r, j)] = minv[r - i0]
                     if not cols.mimic:

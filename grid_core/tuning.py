@@ -122,7 +122,7 @@ def tune_entry(alg: str, robot, rows: list, on_file: dict, *, modes: dict, occup
     """The tuning entry of ``robot`` (a Robot) for algorithm ``alg`` from a run's ``rows`` (every
     algorithm's: forward dynamics reads aba's), or None where the run timed neither layout.
     ``on_file``: the robot's entry on file (kept where this run measured no alternative);
-    ``modes``: the A/Bs by name (``frame``, ``stage``, ``ring``, ``ringflush``, each with its
+    ``modes``: the A/Bs by name (``stage``, ``ring``, ``ringflush``, each with its
     option and forms); ``occupancies``: the per-state blocks an SM timed as ``<robot>-occ<k>``;
     ``staged``: whether the algorithm stages by default (its stage and ring A/Bs apply);
     ``has_ring``: whether the robot's header has the algorithm's ring."""
@@ -166,8 +166,6 @@ def tune_entry(alg: str, robot, rows: list, on_file: dict, *, modes: dict, occup
                      ab_block_n1024_us={"levels": k.get((1024, "block")), "bodies": kb.get(1024)}, gpu=gpu)
     if alg == "forward_dynamics":
         pick_method(entry, rows, r)
-    if alg == "minv":
-        pick_form(entry, mine, r, on_file, "frame", modes["frame"], "rootframe")
     if staged:
         for mode in ("stage", "ring"):
             pick_min_n(entry, mine, r, on_file, mode, modes[mode])

@@ -16,8 +16,7 @@ class AB:
     forms: dict
 
 
-MODES = {"frame": AB("per_state_frame", {"rootframe": "root", "bodyframe": "body"}),
-         "stage": AB("per_state_stage_min_n", {"staged": 1, "plain": 1 << 30}),
+MODES = {"stage": AB("per_state_stage_min_n", {"staged": 1, "plain": 1 << 30}),
          "ring": AB("per_state_ring_min_n", {"ring": 1, "noring": 1 << 30}),
          "ringflush": AB("per_state_ring_flush", {"flushgroups": "groups", "flushwhole": "whole"})}
 

@@ -77,19 +77,18 @@ def test_large_batch_grid_stride(kind, name, rng):
         assert_close(out, expected, 1e-9, layout)
 
 
-# the per-state column passes in either frame (the tuning bakes one per robot): fixed and floating
-# bases, branched trees, a mimic robot (the Schur complement over the relaxed tree's columns)
-@pytest.mark.parametrize("frame", ["root", "body"])
+# the per-state column passes (in each tree's root frame): fixed and floating bases, branched
+# trees, a mimic robot (the Schur complement over the relaxed tree's columns)
 @pytest.mark.parametrize("name", ["iiwa14", "hyq", "go2", "erd:pr2"])
-def test_per_state_column_frames(name, frame, rng):
+def test_per_state_columns(name, rng):
     from grid_core.testing import Emulated
 
     robot = load(name)
     q = random_state(robot, rng, N)[0]
     expected = Reference(robot).minv(q)
-    b = Emulated(robot, ["minv"], np.float64, algorithm_options={"minv": {"per_state_frame": frame}})
+    b = Emulated(robot, ["minv"], np.float64)
     b.set_poison(True)
-    assert_close(b.with_launch(layout="per_state").minv(q), expected, 1e-9, f"{name} {frame}")
+    assert_close(b.with_launch(layout="per_state").minv(q), expected, 1e-9, name)
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
