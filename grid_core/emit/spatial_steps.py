@@ -262,6 +262,20 @@ def motion_to_root(E, r, m: Sequence[Scalar], scope: Scope) -> list[Scalar]:
     return w + [sum_terms([(t,), (rxw[k],)]) for k, t in enumerate(matTvec(E, m[3:]))]
 
 
+def in_root_frames(robot: Robot, xi: Index, scope: Scope, forces: dict, motions: dict,
+                   names: tuple[str, str]) -> tuple[dict, dict]:
+    """Body-frame vectors carried once into the frame of their tree's root (:func:`root_frames`),
+    body by body (a root's unchanged): ``forces[b]``, spatial forces of body ``b``, by ``X^T``
+    (:func:`xt_force`), ``motions[b]`` by ``X^-1`` (:func:`motion_to_root`); ``names``: their
+    variables.  Returns the two dicts carried."""
+    F, M = dict(forces), dict(motions)
+    for b, (E, r) in root_frames(robot, xi, scope).items():
+        if robot.bodies[b].parent >= 0:
+            F[b] = [scope.let_all(xt_force(E, r, f, scope), names[0]) for f in forces.get(b, ())]
+            M[b] = [scope.let_all(motion_to_root(E, r, m, scope), names[1]) for m in motions.get(b, ())]
+    return F, M
+
+
 # -- gravity -----------------------------------------------------------------------------
 
 A0 = ["a0x", "a0y", "a0z"]

@@ -19,6 +19,7 @@ that are known at generation time (robot constants, exact zeros) instead of stor
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 
 import attrs
@@ -157,6 +158,31 @@ def put_symmetric(scope: Scope, at: Callable, r, c, value: Scalar) -> None:
         scope.assign(at(c, r), value)
 
 
+class Symmetric:
+    """A symmetric ``n x n`` matrix written through its upper triangle, ``at(r, c)`` an entry's C++
+    expression (None: the entries recorded only, for code that reads them on): each entry put once
+    with its mirror (:func:`put_symmetric`), read back as ``m(r, c)`` (either triangle; an entry
+    never put an exact zero), and the entries never put written as the structural zeros they are
+    (:meth:`zeros`: the blocks between separate trees of a forest)."""
+
+    def __init__(self, n: int, at: Callable | None = None):
+        self.n, self.at, self.entries = n, at, {}
+
+    def put(self, scope: Scope, r: int, c: int, value: Scalar) -> None:
+        self.entries[min(r, c), max(r, c)] = value
+        if self.at is not None:
+            put_symmetric(scope, self.at, r, c, value)
+
+    def __call__(self, r: int, c: int) -> Scalar:
+        return self.entries.get((min(r, c), max(r, c)), 0.0)
+
+    def zeros(self, scope: Scope) -> None:
+        """Every entry never put, an exact zero, with its mirror."""
+        for r, c in itertools.combinations_with_replacement(range(self.n), 2):
+            if (r, c) not in self.entries:
+                put_symmetric(scope, self.at, r, c, 0.0)
+
+
 def row_major(r, c, cols: int):
     """The index of entry ``(r, c)`` of a row-major matrix of ``cols`` columns (either index may be a
     C++ int expression)."""
@@ -180,5 +206,5 @@ def local_declaration(arrays: Iterable[Array], extra: Sequence[str] = (), commen
     return n.Stmt(f"T {', '.join(decls)}", comment=comment)
 
 
-__all__ = ["Array", "Field", "Vector", "local_declaration", "plus", "put_symmetric", "region", "regions", "row_major",
-           "vector"]
+__all__ = ["Array", "Field", "Symmetric", "Vector", "local_declaration", "plus", "put_symmetric", "region", "regions",
+           "row_major", "vector"]

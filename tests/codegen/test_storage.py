@@ -9,7 +9,8 @@ import pytest
 from conftest import load
 from grid_core.composer import Composer, GenerateOptions
 from grid_core.emit.expr import Scope
-from grid_core.emit.storage import Array, Field, Vector, local_declaration, put_symmetric, region, regions, vector
+from grid_core.emit.storage import (Array, Field, Symmetric, Vector, local_declaration, put_symmetric, region, regions,
+                                    vector)
 from grid_core.errors import CodegenError
 
 
@@ -56,6 +57,22 @@ def test_port_vectors_index_row_major_and_symmetric_entries_are_written_once_wit
     put_symmetric(scope, M.at, 1, 1, 2.0)
     put_symmetric(scope, M.at, 0, "j", 3.0)
     assert [s.text for s in scope.stmts] == ["s_Minv[4] = T(2.0)", "s_Minv[j] = T(3.0)", "s_Minv[j * 3] = T(3.0)"]
+
+
+def test_symmetric_reads_either_triangle_and_writes_the_entries_never_put_as_zeros():
+    M = Vector("M", 3)
+    scope = Scope("t")
+    out = Symmetric(3, M.at)
+    out.put(scope, 0, 0, "a")
+    out.put(scope, 2, 1, "b")  # the lower triangle: recorded as (1, 2)
+    assert out(1, 2) == out(2, 1) == "b" and out(0, 2) == 0.0
+    out.zeros(scope)
+    assert [s.text for s in scope.stmts] == [
+        "M[0] = a", "M[7] = b", "M[5] = b",  # (0, 0); (2, 1) and its mirror
+        *[f"M[{i}] = T(0.0)" for i in (1, 3, 2, 6, 4, 8)]]  # never put: (0, 1), (0, 2), (1, 1), (2, 2)
+    recorded = Symmetric(2)  # no C++ expression: the entries recorded only
+    recorded.put(scope, 0, 1, "c")
+    assert recorded(1, 0) == "c" and len(scope.stmts) == 9
 
 
 def test_array_folds_known_entries_and_zero_keys():
