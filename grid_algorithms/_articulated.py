@@ -63,7 +63,8 @@ def store(scope: Scope, arrays: dict, b: int, art: Articulated) -> None:
     arrays["Dinv"].put(scope, b, [art.Dinv[r][c] for r in range(w) for c in range(r, w)])
 
 
-def stored(arrays: dict, b: int, w: int) -> tuple[list, list]:
-    """``U`` (``w`` columns) and ``Dinv`` (``w x w``) of body ``b`` as :func:`store` left them."""
-    U = arrays["U"].get(b)
-    return [U[6 * c:6 * c + 6] for c in range(w)], ss.sym6_full(arrays["Dinv"].get(b), w)
+def stored(arrays: dict, body: Body) -> tuple[list, list]:
+    """``U`` (a column per joint coordinate) and ``Dinv`` (square) of ``body`` as :func:`store`
+    left them."""
+    U, w = arrays["U"].get(body.index), len(ss.subspace_columns(body))
+    return [U[6 * c:6 * c + 6] for c in range(w)], ss.sym6_full(arrays["Dinv"].get(body.index), w)

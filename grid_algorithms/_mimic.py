@@ -31,7 +31,7 @@ import numpy as np
 from grid_core.emit import dense, sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit.expr import Scope, prune_unused, sum_terms
-from grid_core.emit.storage import plus, put_symmetric
+from grid_core.emit.storage import Field, plus, put_symmetric
 from grid_core.model import Robot
 from grid_core.model.joints import joint_nv
 
@@ -55,6 +55,14 @@ class Relaxation:
     mimic joint), -mult at ``y`` (the mimicked one)."""
     owner: tuple[tuple[int, int], ...] = ()
     """``(body, r)`` of each relaxed coordinate: the body whose ``r``-th coordinate it is."""
+    tree_end: tuple[int, ...] = ()
+    """One past the last relaxed coordinate of each body's tree (its root's subtree)."""
+
+    def spans(self, b: int) -> tuple[int, int, int, int]:
+        """Body ``b``'s relaxed coordinates: ``(its first, its descendants' first, the end of its
+        subtree's, the end of its tree's)``."""
+        i0 = self.index[b]
+        return i0, i0 + self.width[b], self.end[b], self.tree_end[b]
 
     @property
     def own_steps(self) -> list[int]:
@@ -100,7 +108,8 @@ def relaxation(robot: Robot) -> Relaxation:
         C[k, y] -= mult
     end = tuple(index[s[-1]] + width[s[-1]] for s in robot.topology.subtree)
     owner = tuple((b.index, r) for b, w in zip(robot.bodies, width) for r in range(w))
-    return Relaxation(tuple(index), tuple(width), end, nv, own, C, tuple(rows), owner)
+    tree_end = tuple(end[robot.topology.support[b][0]] for b in range(robot.num_bodies))
+    return Relaxation(tuple(index), tuple(width), end, nv, own, C, tuple(rows), owner, tree_end)
 
 
 def relaxed_map(robot: Robot):
@@ -149,12 +158,18 @@ def constraint_forces(scope: Scope, rows: list, A) -> list:
 
 
 class Constrained:
-    """Forward dynamics' ``qdd = L (a_r - Y z)``, ``z = K^-1 C a_r``, emitted on ``A(x, l)``: relaxed
-    coordinate ``x``'s acceleration in column ``l`` (0: ``a_r``; ``l >= 1``: constraint ``l``'s unit
-    force, Y's columns), written to ``qdd`` (a port vector)."""
+    """Forward dynamics' ``qdd = L (a_r - Y z)``, ``z = K^-1 C a_r``, emitted on ``qr``, an array
+    (:class:`~grid_core.emit.storage.Array`) of the relaxed accelerations keyed ``(body, l)``: column
+    ``l`` 0 ``a_r``, ``l >= 1`` constraint ``l``'s unit force (Y's columns); written to ``qdd`` (a port
+    vector)."""
 
-    def __init__(self, rel: Relaxation, A, qdd):
-        self.rel, self.A, self.qdd = rel, A, qdd
+    def __init__(self, rel: Relaxation, qr, qdd):
+        self.rel, self.qr, self.qdd = rel, qr, qdd
+
+    def A(self, x: int, l: int):
+        """Relaxed coordinate ``x``'s acceleration in column ``l``."""
+        b, k = self.rel.owner[x]
+        return self.qr.get((b, l), k)
 
     def forces(self, scope: Scope) -> list:
         """``z = K^-1 C a_r`` (``K = C Y``, by Cholesky)."""
@@ -217,8 +232,8 @@ class Schur:
 
     def block(self, KL, Z, out) -> list:
         """A block's code (:mod:`~grid_core.emit.sweeps` runs, a barrier before each phase): K
-        factored by one thread into ``KL`` (keys: L's rows, then ``"inv"``, the reciprocals of its
-        diagonal), ``Z = K^-1 Y^T`` one own column per thread, the entries of ``out`` one per thread."""
+        factored by one thread into ``KL``, ``Z = K^-1 Y^T`` one own column per thread (both bound
+        from :func:`schur_fields`), the entries of ``out`` one per thread."""
         nv, m, own = self.nv, len(self.rows), self.own
 
         def factor(scope, _k):
@@ -251,3 +266,11 @@ class Schur:
             [f"mimic joints: K = C Mr C^T ({m} x {m}) factored by one thread",
              "Z = K^-1 Y^T, one own column per thread",
              "Minv = Mr - Y Z on the own coordinates, the upper triangle one entry per thread, mirrored"])]
+
+
+def schur_fields(rel: Relaxation) -> list[Field]:
+    """The arrays of :meth:`Schur.block`: ``KL``, K's Cholesky factor (keys: L's rows, then
+    ``"inv"``, the reciprocals of its diagonal), and ``Z = K^-1 Y^T`` (a row per constraint)."""
+    m = len(rel.rows)
+    return [Field("KL", [*range(m), "inv"], lambda key: m if key == "inv" else key + 1),
+            Field("Z", range(m), len(rel.own))]

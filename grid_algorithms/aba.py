@@ -148,9 +148,6 @@ class AbaSteps:
         self.robot, self.arr, self.local = robot, arr, local
         self.sp, self.rel = _Sparsity(robot), relaxation(robot)
 
-    def get(self, name: str, key) -> list:
-        return self.arr[name].get(key)
-
     def ia(self, b: int) -> list:
         """Body ``b``'s articulated inertia: a leaf's is its own, a constant (never stored)."""
         if not self.robot.topology.children[b]:
@@ -168,7 +165,7 @@ class AbaSteps:
             v = vJ  # and c = vJ x vJ = 0
         else:
             X = ss.Transform(self.robot, body, arr["xi"], scope)
-            Xv = X.motion(self.get("v", body.parent), scope)
+            Xv = X.motion(self.arr["v"].get(body.parent), scope)
             v = scope.let_all([sum_terms([(Xv[k],), (vJ[k],)]) for k in range(6)], "v")
             arr["c"].put(scope, b, scope.let_all(ss.cross_motion(v, vJ), "c"))
         if self.robot.topology.children[b]:
@@ -195,18 +192,18 @@ class AbaSteps:
         u = {}
         for j in range(sp.K):
             if (b, j) in sp.u:
-                pA = self.get("pA", (b, j))
+                pA = self.arr["pA"].get((b, j))
                 u[j] = scope.let_all([sum_terms([(self._rhs(body, j, r),), (-1.0, dot(S[r], pA))])
                                       for r in range(w)], "u")
                 self.arr["u"].put(scope, (b, j), u[j])
         if not to_parent:
             return None
         Ia = art.reduced(scope)
-        Iac = ss.sym6_times(Ia, self.get("c", b))
+        Iac = ss.sym6_times(Ia, self.arr["c"].get(b))
         pa = {}
         for j, uj in u.items():
             Du = scope.let_all(matvec(Dinv, uj), "Du")
-            pA = self.get("pA", (b, j))
+            pA = self.arr["pA"].get((b, j))
             pa[j] = scope.let_all(ss.combine([pA, *U, Iac], [1.0, *Du, 1.0 if j == 0 else 0.0]), "pa")
         return art, Ia, pa
 
@@ -233,19 +230,19 @@ class AbaSteps:
         w = len(S)
         scope.comment(f"body {b} ({body.joint.name}): a, qdd")
         X = ss.Transform(self.robot, body, self.arr["xi"], scope)
-        U, Dinv = articulated.stored(self.arr, b, w)
+        U, Dinv = articulated.stored(self.arr, body)
         for j in range(sp.K):
             if (b, j) not in sp.qdd:
                 continue
             if p < 0:  # a0 = [0; -g] for the physical column: X a0 = [0; E a0]
                 ap = [0.0, 0.0, 0.0] + X.rotate(ss.A0, scope) if j == 0 else [0.0] * 6
             else:
-                ap = X.motion(self.get("a", (p, j)), scope)
+                ap = X.motion(self.arr["a"].get((p, j)), scope)
                 if j == 0:
-                    c = self.get("c", b)
+                    c = self.arr["c"].get(b)
                     ap = [sum_terms([(ap[k],), (c[k],)]) for k in range(6)]
             ap = scope.let_all(ap, "a")
-            uj = self.get("u", (b, j))
+            uj = self.arr["u"].get((b, j))
             t = scope.let_all([sum_terms([(uj[r],), (-1.0, dot(U[r], ap))]) for r in range(w)], "ut")
             qdd = scope.let_all(matvec(Dinv, t), "qdd")
             if self.robot.topology.children[b]:
@@ -255,11 +252,6 @@ class AbaSteps:
             else:  # no mimic joint: the relaxed tree is the robot
                 for r in range(w):
                     scope.assign(self.arr["qdd"](body.v_index + r), qdd[r])
-
-    def constrained(self) -> Constrained:
-        """The mimic constraints imposed on pass 3's relaxed accelerations (its ``qr`` columns)."""
-        return Constrained(self.rel, lambda x, j: self.get("qr", (self.rel.owner[x][0], j))[self.rel.owner[x][1]],
-                           self.arr["qdd"])
 
 
 class AbaEmitter(Emitter):
@@ -300,7 +292,7 @@ class AbaEmitter(Emitter):
             n.Comment("pass 3, root to leaves: a and qdd" + (" (relaxed, one column per right-hand side)"
                                                             if steps.sp.K > 1 else "")),
             *sweeps.forward(robot, steps.pass3, form),
-            *(steps.constrained().block() if steps.sp.K > 1 else []),
+            *(Constrained(steps.rel, steps.arr["qr"], steps.arr["qdd"]).block() if steps.sp.K > 1 else []),
         ]
 
     def state_body(self, layers) -> list:
@@ -319,7 +311,7 @@ class AbaEmitter(Emitter):
         for b in robot.bodies:
             steps.pass3(scope, b)
         if steps.sp.K > 1:
-            steps.constrained().straight_line(scope)
+            Constrained(steps.rel, arr["qr"], arr["qdd"]).straight_line(scope)
         return [*ss.gravity_statements(), layers.locals([arr[f.name] for f in self.fields(layers)]), *scope.body()]
 
 

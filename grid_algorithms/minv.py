@@ -14,8 +14,6 @@ joints (see :mod:`grid_algorithms._mimic`).
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
@@ -26,14 +24,14 @@ from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.expr import Scope, dot, sum_terms
-from grid_core.emit.storage import Field, put_symmetric, region, regions, vector
+from grid_core.emit.storage import Field, Symmetric, put_symmetric, region, regions, vector
 from grid_core.errors import CodegenError
 from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, joint_transform, motion_subspace
 from grid_core.review import ParallelismReview, done
 
 from . import _articulated as articulated
-from ._mimic import Schur, relaxation
+from ._mimic import Schur, relaxation, schur_fields
 
 
 def minv_relaxed(robot: Robot, q, rel) -> np.ndarray:
@@ -102,31 +100,24 @@ class Columns:
                                    "the root, which the emitted recursion does not take")
         if [a + sum(a >= t for t in rel.own_steps) for a in range(robot.nv)] != [int(x) for x in rel.own]:
             raise CodegenError(f"minv: robot '{robot.name}': its own coordinates are not in relaxed order")
-        self.tree_end = [rel.end[topo.support[b][0]] for b in range(robot.num_bodies)]
         self.leaf = [not c for c in topo.children]
         parents = [b for b in range(robot.num_bodies) if topo.children[b]]
-        w, m = rel.width, len(rel.rows)
+        w = rel.width
         self.p_first = {b: rel.index[b] + w[b] for b in parents}
         """The first column of body ``b``'s P: its first child's."""
         fields = [  # F and P component-major: F(k, j) is column j's component k
             Field("F", range(6), self.n, "articulated bias forces of the unit joint forces: one 6-vector per "
                   "relaxed column, carried up the tree in place"),
             Field("P", [(b, k) for b in parents for k in range(6)],
-                  lambda key: self.tree_end[key[0]] - self.p_first[key[0]],
+                  lambda key: rel.tree_end[key[0]] - self.p_first[key[0]],
                   "accelerations of the forward pass: bodies with children, the columns their children read"),
             Field("IA", [b.index for b in robot.bodies if b.parent >= 0], 21, "articulated inertia each non-root "
                   "body passes to its parent, X^T (IA - U Dinv U^T) X (21 scalars)"),
             *articulated.fields(parents, w),
             *([vector("Mr", self.n * self.n, "inverse inertia of the relaxed tree (mimic joints free)", self.n),
-               Field("KL", [*range(m), "inv"], lambda key: m if key == "inv" else key + 1),  # L's rows, 1/L_kk
-               Field("Z", range(m), robot.nv)] if self.mimic else []),
+               *schur_fields(rel)] if self.mimic else []),
         ]
         self.fields = {f.name: f for f in fields}
-
-    def columns(self, b: int) -> tuple[int, int, int, int]:
-        """``(first own column, first descendant column, end of the subtree, end of the tree)``."""
-        i0 = self.rel.index[b]
-        return i0, i0 + self.rel.width[b], self.rel.end[b], self.tree_end[b]
 
 
 class MinvSteps:
@@ -149,29 +140,22 @@ class MinvSteps:
         rhs = [scope.let(dot(s, F), "StF") for s in (self.S[body.index] if S is None else S)]
         return scope.let_all([sum_terms([(-1.0, Dinv[a][c], rhs[c]) for c in range(w)]) for a in range(w)], "m")
 
-    def transfer(self, scope: Scope, body: Body, U, minv, F, to_parent: bool = True) -> list:
-        """``X^T (F + U minv)``: the column's bias force, carried to the parent (``to_parent``
-        false: ``F + U minv``, a column carried in its tree's root frame, ``U`` given there)."""
-        f = ss.combine(U, minv) if F is None else ss.combine([F, *U], [1.0, *minv])
-        if not to_parent:
-            return scope.let_all(f, "F")
-        return scope.let_all(self.X(scope, body).force_T(scope.let_all(f, "f"), scope), "F")
+    def transfer(self, scope: Scope, U, minv, F, name: str = "F") -> list:
+        """``F + U minv`` (``F`` None: zero), the column's bias force that a joint passes on, in
+        the frame of ``F`` and ``U``; ``name``: its variables."""
+        return scope.let_all(ss.combine(U, minv) if F is None else ss.combine([F, *U], [1.0, *minv]), name)
 
-    def forward(self, scope: Scope, body: Body, U, Dinv, Pp, minv, S=None, transform: bool = True):
-        """One column of the forward pass: ``minv -= Dinv U^T X Pp`` (``minv`` None: zero, a column
-        beyond the subtree; ``Pp`` None: a root), then ``P = X Pp + S minv``.  ``transform``
-        false: no ``X``, a column carried in its tree's root frame (``U`` and ``S`` given there)."""
+    def forward(self, scope: Scope, body: Body, U, Dinv, XP, minv, S=None, ut: str = "UtP"):
+        """One column of the forward pass: ``minv -= Dinv U^T XP`` (``XP``: the parent's P in the
+        frame of ``U`` and ``S``, None at a root; ``minv`` None: zero, a column beyond the subtree),
+        then ``P = XP + S minv``.  ``ut``: the variables of ``U^T XP``."""
         w = len(Dinv)
         minv = list(minv) if minv is not None else [0.0] * w
-        XP = [0.0] * 6
-        if Pp is not None:
-            XP = scope.let_all(self.X(scope, body).motion(Pp, scope), "XP") if transform else Pp
-            UtXP = [scope.let(dot(u, XP), "UtXP" if transform else "UtP") for u in U]
+        if XP is not None:
+            UtXP = [scope.let(dot(u, XP), ut) for u in U]
             minv = [sum_terms([(minv[a],), *[(-1.0, Dinv[a][c], UtXP[c]) for c in range(w)]]) for a in range(w)]
         minv = scope.let_all(minv, "m")
-        S = self.S[body.index] if S is None else S
-        P = ss.combine([XP, *S], [1.0, *minv])
-        return minv, P
+        return minv, ss.combine([XP or [0.0] * 6, *(self.S[body.index] if S is None else S)], [1.0, *minv])
 
 
 class _Block:
@@ -180,8 +164,7 @@ class _Block:
     for the runs' widths alone)."""
 
     def __init__(self, robot: Robot, arrays: dict | None = None, io: dict | None = None):
-        self.robot = robot
-        self.cols = Columns(robot)
+        self.robot, self.cols = robot, Columns(robot)
         self.arr, self.io = arrays or {}, io or {}
         self.steps = MinvSteps(robot, self.io.get("xi"))
         for body in robot.bodies if arrays else ():  # a leaf's articulation: constants, recorded (none stored)
@@ -191,8 +174,7 @@ class _Block:
     # -- the arrays ------------------------------------------------------------------
 
     def entry(self, r, c) -> str:
-        """``Mr[r, c]`` (relaxed: the output itself without mimic joints); either index may be a C++
-        expression."""
+        """``Mr[r, c]`` (without mimic joints the output itself); either index a C++ expression."""
         return (self.arr["Mr"] if self.cols.mimic else self.io["Minv"]).at(r, c)
 
     def F(self, j) -> list[str]:
@@ -200,10 +182,6 @@ class _Block:
 
     def P(self, b: int, j) -> list[str]:
         return [self.arr["P"]((b, k), j, first=self.cols.p_first[b]) for k in range(6)]
-
-    def ud(self, b: int) -> tuple[list, list]:
-        """``U`` and ``Dinv`` of body ``b``: stored, or a leaf's constants."""
-        return articulated.stored(self.arr, b, self.cols.rel.width[b])
 
     def articulation(self, scope: Scope, body: Body) -> articulated.Articulated:
         """``body``'s articulation from its inertia and its children's ``X^T Ia X`` (a leaf's: constants)."""
@@ -239,20 +217,20 @@ class _Block:
         starts below the roots)."""
         robot, cols, steps = self.robot, self.cols, self.steps
         body = robot.bodies[b]
-        i0, d0, end, _ = cols.columns(b)
+        i0, d0, end, _ = cols.rel.spans(b)
 
         def column(scope, j, own):
-            U, Dinv = self.ud(b)
+            U, Dinv = articulated.stored(self.arr, body)
             F = None if own is not None else self.F(j)
             minv = steps.backward(scope, body, Dinv, F, own)
             if body.parent < 0:
                 for a in range(d0 - i0) if own is None else range(own + 1):
                     put_symmetric(scope, self.entry, i0 + a, j, minv[a])
                 if own is None and not cols.leaf[b]:
-                    _, P = steps.forward(scope, body, U, Dinv, None, minv)
-                    scope.assign_all(self.P(b, j), P)
+                    scope.assign_all(self.P(b, j), steps.forward(scope, body, U, Dinv, None, minv)[1])
                 return
-            F_up = steps.transfer(scope, body, U, minv, F)  # every load before the first store
+            f = steps.transfer(scope, U, minv, F, "f")
+            F_up = scope.let_all(steps.X(scope, body).force_T(f, scope), "F")  # every load before the first store
             scope.assign(self.entry(i0, j), minv[0])  # read back by the forward pass
             scope.assign_all(self.F(j), F_up)
 
@@ -266,12 +244,13 @@ class _Block:
         its descendants' (the backward values corrected) and the rest of its tree's (new)."""
         robot, cols, steps = self.robot, self.cols, self.steps
         body = robot.bodies[b]
-        i0, d0, end, tend = cols.columns(b)
+        i0, d0, end, tend = cols.rel.spans(b)
 
         def column(scope, j, within):
-            U, Dinv = self.ud(b)
+            U, Dinv = articulated.stored(self.arr, body)
             minv_in = [self.entry(i0, j)] if within else None
-            minv, P = steps.forward(scope, body, U, Dinv, self.P(body.parent, j), minv_in)
+            XP = scope.let_all(steps.X(scope, body).motion(self.P(body.parent, j), scope), "XP")
+            minv, P = steps.forward(scope, body, U, Dinv, XP, minv_in, ut="UtXP")
             put_symmetric(scope, self.entry, i0, j, minv[0])
             if j != i0 and not cols.leaf[b]:
                 scope.assign_all(self.P(b, j), P)
@@ -284,7 +263,7 @@ class _Block:
         """The entries between separate trees (a forest): structural zeros."""
         return [sweeps.span(tend, self.cols.n, lambda scope, j, r=r: put_symmetric(scope, self.entry, r, j, 0.0),
                             comment=f"row {r}: zeros beyond its tree")
-                for i0, d0, _, tend in map(self.cols.columns, range(self.robot.num_bodies)) for r in range(i0, d0)]
+                for i0, d0, _, tend in map(self.cols.rel.spans, range(self.robot.num_bodies)) for r in range(i0, d0)]
 
     def steps_of(self, form: str) -> tuple[list[list], list[list]]:
         """The runs of each backward step (finalize a group and run the columns of the group before;
@@ -332,7 +311,10 @@ class MinvEmitter(Emitter):
         return out + (block.correction() if block.cols.mimic else [])
 
     def state_body(self, layers) -> list:
-        """Each column on its own, up its body's path, then down its tree (the review's notes)."""
+        """Each column on its own, up its body's path, then down its tree (the review's notes), in
+        the frame of its tree's root (Pinocchio's world frame): U and S of every body carried there
+        once, so a column's force F goes up (F += U m) and its acceleration P down (P += S m) with
+        no transform per body and column."""
         robot = layers.robot
         cols = Columns(robot)
         io = layers.vectors(local=True)
@@ -349,22 +331,10 @@ class MinvEmitter(Emitter):
                 return art.to_parent(sc, steps.X(sc, body), Ia)
 
         sweeps.depth_first_sums(robot, scope, io, lambda b: ss.sym6_of(b.inertia), finish, "IA")
-        # the columns in the frame of their tree's root (Pinocchio's world frame): U and S of every
-        # body carried there once, so a column's force F goes up (F += U m) and its acceleration P
-        # down (P += S m) with no transform per body and column
         scope.comment("U and S of every body in its tree's root frame")
-        frames = ss.root_frames(robot, io["xi"], scope)
-        U, S = {b: ud[b].U for b in ud}, {}
-        for body in robot.bodies:
-            b = body.index
-            if body.parent < 0:
-                S[b] = steps.S[b]
-                continue
-            E, r = frames[b]
-            U[b] = [scope.let_all(ss.xt_force(E, r, u, scope), "UW") for u in U[b]]
-            if not cols.leaf[b]:
-                S[b] = [scope.let_all(ss.motion_to_root(E, r, s, scope), "SW") for s in steps.S[b]]
-        final: dict = {}  # the upper triangle's entries
+        U, S = ss.in_root_frames(robot, io["xi"], scope, {b: ud[b].U for b in ud},
+                                 {b: steps.S[b] for b in ud if not cols.leaf[b]}, ("UW", "SW"))
+        out = Symmetric(cols.n, None if cols.mimic else io["Minv"].at)  # relaxed with mimic joints
         for j in range(cols.n):
             (bj, own), back, F = cols.rel.owner[j], {}, None
             scope.comment(f"column {j} ({robot.bodies[bj].joint.name}): up its path, then down its tree")
@@ -372,27 +342,21 @@ class MinvEmitter(Emitter):
                 body = robot.bodies[a]
                 back[a] = m = steps.backward(scope, body, ud[a].Dinv, F, own if a == bj else None, S.get(a))
                 if body.parent >= 0:
-                    F = steps.transfer(scope, body, U[a], m, F, to_parent=False)
+                    F = steps.transfer(scope, U[a], m, F)
             P: dict = {}
-            for body in robot.bodies:
-                b, p = body.index, body.parent
-                i0, d0, _, tend = cols.columns(b)
+            for b, body in enumerate(robot.bodies):
+                i0, d0, _, tend = cols.rel.spans(b)
                 if not i0 <= j < tend:
                     continue
-                minv, Pb = steps.forward(scope, body, U[b], ud[b].Dinv, P[p] if p >= 0 else None, back.get(b),
-                                         S.get(b), transform=False)
+                minv, Pb = steps.forward(scope, body, U[b], ud[b].Dinv, P.get(body.parent), back.get(b), S.get(b))
                 for r in range(i0, min(d0, j + 1)):
-                    final[(r, j)] = minv[r - i0]
-                    if not cols.mimic:
-                        put_symmetric(scope, io["Minv"].at, r, j, minv[r - i0])
+                    out.put(scope, r, j, minv[r - i0])
                 if j >= d0 and not cols.leaf[b]:
                     P[b] = scope.let_all(Pb, "P")
         if cols.mimic:
-            Schur(cols.rel, lambda r, c: final.get((min(r, c), max(r, c)), 0.0)).straight_line(scope, io["Minv"])
+            Schur(cols.rel, out).straight_line(scope, io["Minv"])
         else:  # the entries between separate trees
-            for r, c in itertools.combinations(range(robot.nv), 2):
-                if (r, c) not in final:
-                    put_symmetric(scope, io["Minv"].at, r, c, 0.0)
+            out.zeros(scope)
         return [layers.locals(), *scope.body()]
 
 
