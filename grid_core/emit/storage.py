@@ -10,6 +10,12 @@ the block layout (``s_<field>``), a local array in the per-state layout.  A boun
 :class:`Array` gives each entry's C++ expression, so no module computes an offset or names a
 declaration; a composing algorithm gets another algorithm's fields (and steps) by handle.
 
+Code that walks entries in a loop instead of straight-line code (a table-driven step, where the
+unrolled form would be too large) reads them at a run-time offset: :meth:`Field.offsets` gives
+the entries' offsets for a baked table (:func:`index_table`), :meth:`Array.indexed` the C++
+expression of a scalar at such an offset, and :meth:`Array.store_known` stores the constants
+:meth:`Array.put` folded, which a run-time index cannot.
+
 An :class:`Array` also folds what need not be stored: :meth:`Array.put` records the entries
 that are known at generation time (robot constants, exact zeros) instead of storing them, and
 :meth:`Array.get` returns them folded; a key the field does not hold reads as exact zeros.
@@ -66,6 +72,11 @@ class Field:
     def holds(self, key) -> bool:
         return key in self._layout[0]
 
+    def offsets(self, keys: Iterable) -> list[int]:
+        """The offsets of ``keys``' entries, in order: a table of them for code that reads entries at
+        a run-time offset (:meth:`Array.indexed`)."""
+        return [self.offset(key) for key in keys]
+
 
 def vector(name: str, size: int, doc: str = "", cols: int = 0) -> Field:
     """A flat field of ``size`` scalars, one entry (``cols``: a row-major matrix of that row
@@ -108,6 +119,20 @@ class Array:
         field; either index may be a C++ int expression."""
         return self(None, i if c is None else row_major(i, c, self.field.cols))
 
+    def indexed(self, offset: str, k: int = 0) -> str:
+        """The C++ expression of scalar ``k`` of the entry at run-time offset ``offset`` (a C++ int
+        expression holding one of :meth:`Field.offsets`): what a loop over entries reads.  Nothing
+        folds there, so the code that fills the field must have called :meth:`store_known`."""
+        return f"{self.base}[{plus(offset, k)}]"
+
+    def store_known(self, scope: Scope) -> None:
+        """Store the constant scalars :meth:`put` recorded instead of storing (in key order), so
+        that :meth:`indexed` reads them too; the entries stay folded where :meth:`get` reads them."""
+        for key in self.field.keys:
+            for k in range(self.field.width_of(key)):
+                if (key, k) in self.known:
+                    scope.assign(self(key, k), self.known[(key, k)])
+
     def put(self, scope: Scope, key, values: Sequence[Scalar]) -> None:
         """Store entry ``key``: its constant scalars only recorded (folded where read)."""
         for k, x in enumerate(values):
@@ -148,6 +173,13 @@ class Vector:
 
     def at(self, r, c) -> str:
         return self(row_major(r, c, self.cols))
+
+
+def index_table(name: str, values: Sequence[int], comment: str = "", per_line: int = 8) -> n.ConstArray:
+    """A baked table of ints both layouts read (``static __device__ const int name[] = {...}``): entry
+    offsets (:meth:`Field.offsets`), ranges, output cells of a table-driven loop."""
+    return n.ConstArray("int", name, list(values), qualifiers="static __device__ const", per_line=per_line,
+                        comment=comment)
 
 
 def put_symmetric(scope: Scope, at: Callable, r, c, value: Scalar) -> None:
@@ -206,5 +238,5 @@ def local_declaration(arrays: Iterable[Array], extra: Sequence[str] = (), commen
     return n.Stmt(f"T {', '.join(decls)}", comment=comment)
 
 
-__all__ = ["Array", "Field", "Symmetric", "Vector", "local_declaration", "plus", "put_symmetric", "region", "regions",
-           "row_major", "vector"]
+__all__ = ["Array", "Field", "Symmetric", "Vector", "index_table", "local_declaration", "plus", "put_symmetric", "region",
+           "regions", "row_major", "vector"]

@@ -86,6 +86,30 @@ def test_array_folds_known_entries_and_zero_keys():
     assert local_declaration([arr], ["XI[XI_SIZE]"]).text == "T XI[XI_SIZE], s_v[6]"
 
 
+def test_table_driven_reads_take_offsets_from_the_field_and_see_its_folded_constants():
+    """A loop over entries reads them at offsets from the declaration (a baked table), and the
+    constants put() folded are stored for it (store_known), while get() still folds them."""
+    from grid_core.emit.printer import render
+    from grid_core.emit.storage import index_table
+
+    field = Field("J", [(0, 0), (1, 0), (1, 1)], 6)
+    assert field.offsets([(1, 1), (0, 0)]) == [12, 0]
+    arr = Array(field, "s_J")
+    scope = Scope("t")
+    arr.put(scope, (0, 0), [0.0, 0.0, 1.0, "a", 0.0, 0.0])
+    arr.put(scope, (1, 1), ["b", 2.0, 0.0, 0.0, 0.0, 0.0])
+    assert [s.text for s in scope.stmts] == ["s_J[3] = a", "s_J[12] = b"]
+    stored = Scope("t")
+    arr.store_known(stored)
+    assert [s.text for s in stored.stmts] == [
+        "s_J[0] = T(0.0)", "s_J[1] = T(0.0)", "s_J[2] = T(1.0)", "s_J[4] = T(0.0)", "s_J[5] = T(0.0)",
+        "s_J[13] = T(2.0)", "s_J[14] = T(0.0)", "s_J[15] = T(0.0)", "s_J[16] = T(0.0)", "s_J[17] = T(0.0)"]
+    assert arr.get((0, 0), 2) == 1.0  # still folded where read by key
+    assert arr.indexed("cj", 4) == "s_J[cj + 4]" and arr.indexed("cj") == "s_J[cj]"
+    text = render([index_table("X_COL", field.offsets(field.keys), "each column's offset")])
+    assert "static __device__ const int X_COL[3] = {0, 6, 12};" in text and "// each column's offset" in text
+
+
 def test_layers_bind_fields_to_the_plan():
     layers = Composer(load("iiwa14"), GenerateOptions()).layers("inverse_dynamics")
     fields = layers.emitter.fields(layers)
