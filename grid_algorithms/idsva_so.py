@@ -59,16 +59,19 @@ every body-fixed quantity).
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import callee_rung, spill_ladder
+from grid_core.errors import CodegenError
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
 from grid_core.emit.emitter import Emitter
-from grid_core.emit.expr import Scope, matTvec, matvec, sum_terms
+from grid_core.emit.expr import Scope, matTvec, matvec, render, sum_terms
+from grid_core.emit.storage import index_table
 from grid_core.model import JointType, Robot
 from grid_core.model.joints import body_q, body_v, joint_transform, motion_subspace
 from grid_core.model.spatial import crf, crm, gravity_accel, icrf, plux_inv
@@ -426,6 +429,39 @@ def _madd(*terms) -> list[list]:
     return [[sum_terms((s, M[r][c]) for s, M in terms) for c in range(6)] for r in range(6)]
 
 
+def _column_matrices(scope: Scope, Yc, Bc, F, Si, Pd, Pdd, Pv) -> dict:
+    """A column's matrices A0..A7, Bic (each entry bound once) from its body's composites (``Yc``:
+    the 10 inertia parameters, ``Bc``: 36 entries by columns, ``F``) and its columns S, psid, psidd,
+    psid + Sd."""
+    IC = ss.sym6_full(ss.sym6_from_rbi(Yc))
+    BC = [[Bc[6 * c + r] for c in range(6)] for r in range(6)]
+
+    def crm(s):
+        return _mat([ss.cross_motion(s, _unit(c)) for c in range(6)])
+
+    def crf(s):
+        return _mat([ss.cross_force(s, _unit(c)) for c in range(6)])
+
+    def icrf(h):
+        h = scope.let_all(h, "h")
+        return _mat([ss.cross_force(_unit(c), h) for c in range(6)])
+
+    def let(M, hint):
+        return [scope.let_all(row, hint) for row in M]
+
+    A = {"A0": let(icrf(matvec(IC, Si)), "A")}
+    A["A1"] = let(_madd((1.0, _mm(crf(Si), IC)), (-1.0, _mm(IC, crm(Si)))), "A")
+    A["Bic"] = let(_madd((1.0, A["A1"]), (1.0, A["A0"])), "A")
+    A["A2"] = let(_madd((1.0, A["A0"]), (-1.0, A["A1"])), "A")
+    A["A3"] = let(_madd((1.0, _mm(crf(Pd), IC)), (-1.0, _mm(IC, crm(Pd))), (1.0, icrf(matvec(IC, Pd))),
+                        (1.0, _mm(crf(Si), BC)), (-1.0, _mm(BC, crm(Si)))), "A")
+    A["A4"] = let(icrf(matTvec(BC, Si)), "A")
+    A["A5"] = let(icrf(_sum(matvec(BC, Pd), matvec(IC, Pdd), ss.cross_force(Si, F))), "A")
+    A["A6"] = let(_madd((1.0, _mm(crf(Si), IC)), (1.0, A["A0"])), "A")
+    A["A7"] = let(icrf(_sum(matvec(BC, Si), matvec(IC, Pv))), "A")
+    return A
+
+
 class ColumnSteps:
     """The contractions of every group of columns, on the world-frame arrays ``w`` (the
     first-order gradient's, by handle) and the output vectors ``out`` (name -> flat index)."""
@@ -439,38 +475,10 @@ class ColumnSteps:
         return self.w[name].get((b, k))
 
     def _matrices(self, scope: Scope, ip: int) -> dict:
-        """Column ``ip``'s matrices A0..A7, Bic (each entry bound once) and the vector IC S_i ..."""
+        """Column ``ip``'s matrices A0..A7, Bic (:func:`_column_matrices`)."""
         w, b = self.w, self.cells.dofs[ip][0]
-        IC = ss.sym6_full(ss.sym6_from_rbi([w["Yc"](b, x) for x in range(10)]))
-        Bc = [w["Bc"](b, x) for x in range(36)]
-        BC = [[Bc[6 * c + r] for c in range(6)] for r in range(6)]
-        F = w["F"].get(b)
-        Si, Pd, Pdd, Pv = (self._col(ip, x) for x in ("S", "Pd", "Pdd", "+"))
-
-        def crm(s):
-            return _mat([ss.cross_motion(s, _unit(c)) for c in range(6)])
-
-        def crf(s):
-            return _mat([ss.cross_force(s, _unit(c)) for c in range(6)])
-
-        def icrf(h):
-            h = scope.let_all(h, "h")
-            return _mat([ss.cross_force(_unit(c), h) for c in range(6)])
-
-        def let(M, hint):
-            return [scope.let_all(row, hint) for row in M]
-
-        A = {"A0": let(icrf(matvec(IC, Si)), "A")}
-        A["A1"] = let(_madd((1.0, _mm(crf(Si), IC)), (-1.0, _mm(IC, crm(Si)))), "A")
-        A["Bic"] = let(_madd((1.0, A["A1"]), (1.0, A["A0"])), "A")
-        A["A2"] = let(_madd((1.0, A["A0"]), (-1.0, A["A1"])), "A")
-        A["A3"] = let(_madd((1.0, _mm(crf(Pd), IC)), (-1.0, _mm(IC, crm(Pd))), (1.0, icrf(matvec(IC, Pd))),
-                            (1.0, _mm(crf(Si), BC)), (-1.0, _mm(BC, crm(Si)))), "A")
-        A["A4"] = let(icrf(matTvec(BC, Si)), "A")
-        A["A5"] = let(icrf(_sum(matvec(BC, Pd), matvec(IC, Pdd), ss.cross_force(Si, F))), "A")
-        A["A6"] = let(_madd((1.0, _mm(crf(Si), IC)), (1.0, A["A0"])), "A")
-        A["A7"] = let(icrf(_sum(matvec(BC, Si), matvec(IC, Pv))), "A")
-        return A
+        return _column_matrices(scope, [w["Yc"](b, x) for x in range(10)], [w["Bc"](b, x) for x in range(36)],
+                                w["F"].get(b), *(self._col(ip, x) for x in ("S", "Pd", "Pdd", "+")))
 
     def group(self, scope: Scope, first: int) -> None:
         """Every cell of the group of columns led by ``first``, written once (a mimic's terms
@@ -490,25 +498,168 @@ class ColumnSteps:
 
             def u_vec(name, j):
                 if (name, j) not in U:
-                    if name == "U3":  # A3 Pd + A1 Pdd + A5 S
-                        x = _sum(matvec(A["A3"], self._col(j, "Pd")), matvec(A["A1"], self._col(j, "Pdd")),
-                                 matvec(A["A5"], self._col(j, "S")))
-                    elif name == "U6":  # Bic Pd + A7 S
-                        x = _sum(matvec(A["Bic"], self._col(j, "Pd")), matvec(A["A7"], self._col(j, "S")))
-                    elif name == "U7":  # A3 S + A1 (Pd + Sd)
-                        x = _sum(matvec(A["A3"], self._col(j, "S")), matvec(A["A1"], self._col(j, "+")))
-                    else:
-                        M, transposed, col = _U[name]
-                        x = (matTvec if transposed else matvec)(A[M], self._col(j, col))
-                    U[(name, j)] = scope.let_all(x, "u")
+                    U[(name, j)] = scope.let_all(_u_vector(A, name, lambda x: self._col(j, x)), "u")
                 return U[(name, j)]
 
             for (t, flat), (coef, name, _, j, kk) in by_col[ip]:
-                value = sum_terms((sign * coef, x, y) for sign, (un,), col in _VALUES[name]
-                                  for x, y in zip(u_vec(un, j), self._col(kk, col)))
+                value = _value(name, coef, lambda un: u_vec(un, j), lambda x: self._col(kk, x))
                 target = self.out[_TENSORS[t]](flat)
                 (scope.add_to if (t, flat) in started else scope.assign)(target, value)
                 started.add((t, flat))
+
+
+LOOP_CELLS = 4000
+"""Above this many written cells (on one chain of columns) the contractions are loops over baked
+tables (:class:`ColumnLoops`) instead of straight-line code (:class:`ColumnSteps`), unless the
+``contractions`` option says otherwise.  Straight-line code grows with the cells and the
+(column, support column) pairs: iiwa14's 1232 cells are 0.5 MB of C++ a layout, atlas's 8814 were
+3.5 MB and g1's 37128 7.7 MB, too large to compile; the loops' code is the same few hundred lines
+for every robot, its tables one entry a cell.  Below it (iiwa14, hyq, panda) the unrolled form
+stays: robot constants fold and it runs faster."""
+
+_SLOTS = (*_VALUES, "-P1", "-P3")
+"""The values a pair's cells take, in the loops' order: P1..Q8 and the two written negated."""
+
+
+def contraction_form(robot: Robot, cells: "Cells", option: str) -> str:
+    """``unrolled`` or ``loops``: the option where set, else loops above :data:`LOOP_CELLS` cells.
+    A robot cell summing several relaxed cells (a mimic joint's) has no loop form yet."""
+    summed = any(len(terms) > 1 for terms in cells.terms.values())
+    if option == "auto":
+        return "loops" if len(cells.terms) > LOOP_CELLS and not summed else "unrolled"
+    if option == "loops" and summed:
+        raise CodegenError(f"idsva_so: {robot.name}'s mimic cells sum several relaxed cells, which the loop "
+                           "form of the contractions does not do yet; take contractions='unrolled'")
+    return option
+
+
+class ColumnLoops:
+    """The contractions as loops over baked tables (:func:`~grid_core.emit.storage.index_table`):
+    per column its matrices, per support column ``j`` (a row) its vectors U, per pair ``(j, k)``
+    the values it writes and then its cells, each robot cell written once (the same cell table as
+    :class:`ColumnSteps`, whose form this is, the value of each cell the same expression).  The
+    columns are read at offsets from the world arrays' declarations (``w``, the first-order
+    gradient's fields, by handle), whose folded constants must be stored first
+    (:meth:`~grid_core.emit.storage.Array.store_known`, :meth:`store_known`)."""
+
+    COLUMNS = ("J", "dVdq", "dAdq", "dAdv")
+    READ = (*COLUMNS, "Yc", "Bc", "F")
+
+    def __init__(self, cells: Cells, w: dict, out: dict, pfx: str):
+        self.cells, self.w, self.out, self.pfx = cells, w, out, pfx
+        offsets = {x: w[x].field.offsets([d[:2] for d in cells.dofs]) for x in self.COLUMNS}
+        if any(offsets[x] != offsets["J"] for x in self.COLUMNS):
+            raise CodegenError("idsva_so: the world columns J, dVdq, dAdq, dAdv are not laid out alike")
+        at = offsets["J"]
+        tree: dict = {}  # column -> j -> k -> tensor -> [(cell, slot)]
+        for (t, flat), [(sign, name, ip, j, k)] in sorted(cells.terms.items()):
+            slot = _SLOTS.index(name if sign > 0 else "-" + name)
+            tree.setdefault(ip, {}).setdefault(j, {}).setdefault(k, [[] for _ in _TENSORS])[t].append((flat, slot))
+        self.slots = sorted({slot for js in tree.values() for ks in js.values() for ts in ks.values()
+                             for cells_ in ts for _, slot in cells_})
+        """The slots some cell takes (the others are not computed)."""
+        body = [cells.dofs[ip][0] for ip in tree]
+        self.tables = {"COL_J": [at[ip] for ip in tree], "COL_YC": w["Yc"].field.offsets(body),
+                       "COL_BC": w["Bc"].field.offsets(body), "COL_F": w["F"].field.offsets(body)}
+        rows, row_j, pairs, pair_k, first, cell, value = [0], [], [0], [], [0], [], []
+        for ip, js in tree.items():
+            for j, ks in js.items():
+                row_j.append(at[j])
+                for k, ts in ks.items():
+                    pair_k.append(at[k])
+                    for t in ts:
+                        cell += [flat for flat, _ in t]
+                        value += [self.slots.index(slot) for _, slot in t]
+                        first.append(len(cell))
+                pairs.append(len(pair_k))
+            rows.append(len(row_j))
+        self.tables.update(COL_ROWS=rows, ROW_J=row_j, ROW_PAIRS=pairs, PAIR_K=pair_k, PAIR_CELLS=first,
+                           CELL=cell, CELL_VALUE=value)
+        zeros = [cells.zeros(t) for t in range(len(_TENSORS))]
+        self.tables.update(ZERO_RUNS=[sum(len(z) for z in zeros[:t]) for t in range(len(zeros) + 1)],
+                           ZERO=[x for z in zeros for run in z for x in run])
+        self.count = len(tree)
+
+    def helpers(self) -> list:
+        docs = {
+            "COL_J": "each column's offset in the world columns J, dVdq, dAdq, dAdv (their declarations')",
+            "COL_YC": "its body's composites: offsets in Yc, Bc, F",
+            "COL_ROWS": "column c's support columns j (rows): COL_ROWS[c] .. COL_ROWS[c + 1]",
+            "ROW_J": "row r's column j (offset in the world columns)",
+            "ROW_PAIRS": "row r's pairs (j, k), k on j's support: ROW_PAIRS[r] .. ROW_PAIRS[r + 1]",
+            "PAIR_K": "pair p's column k (offset in the world columns)",
+            "PAIR_CELLS": "pair p's cells of tensor t (" + ", ".join(_TENSORS) + "): PAIR_CELLS[4 p + t] .. "
+                          "PAIR_CELLS[4 p + t + 1]",
+            "CELL": "each cell's index in its tensor, and the value it takes (of the pair's values)",
+            "ZERO_RUNS": "tensor t's runs of structural zeros: ZERO_RUNS[t] .. ZERO_RUNS[t + 1]",
+            "ZERO": "run z's cells: ZERO[2 z] .. ZERO[2 z + 1]",
+        }
+        return [index_table(f"{self.pfx}_{name}", values, docs.get(name, ""), per_line=16)
+                for name, values in self.tables.items()]
+
+    def store_known(self, scope: Scope) -> None:
+        """Store the world arrays' folded constants the loops read (exact zeros, robot constants)."""
+        for x in self.READ:
+            self.w[x].store_known(scope)
+
+    def zeros(self, z: str, t: int) -> list:
+        """Zero run ``z`` (a C++ int expression) of tensor ``t``."""
+        return [n.For(f"int x = {self.pfx}_ZERO[2 * {z}]", f"x < {self.pfx}_ZERO[2 * {z} + 1]", "++x",
+                      [n.Stmt(f"{self.out[_TENSORS[t]]('x')} = T(0)")])]
+
+    def zero_runs(self, t: int) -> tuple[int, int]:
+        """Tensor ``t``'s zero runs ``[first, end)`` (indices of the ZERO table's runs)."""
+        return self.tables["ZERO_RUNS"][t], self.tables["ZERO_RUNS"][t + 1]
+
+    def column(self, c: str) -> list:
+        """The statements of column ``c`` (a C++ int expression): its rows and their pairs, in loops."""
+        pfx, w = self.pfx, self.w
+        scope = Scope("a")
+        scope.stmt(f"const int cj = {pfx}_COL_J[{c}], yc = {pfx}_COL_YC[{c}], bc = {pfx}_COL_BC[{c}], "
+                   f"cf = {pfx}_COL_F[{c}]")
+
+        def cols(offset):
+            return lambda x: [w[{"S": "J", "Pd": "dVdq", "Pdd": "dAdq", "+": "dAdv"}[x]].indexed(offset, r)
+                              for r in range(6)]
+
+        A = _column_matrices(scope, [w["Yc"].indexed("yc", x) for x in range(10)],
+                             [w["Bc"].indexed("bc", x) for x in range(36)], [w["F"].indexed("cf", x) for x in range(6)],
+                             *(cols("cj")(x) for x in ("S", "Pd", "Pdd", "+")))
+        row = Scope("u")
+        row.stmt(f"const int rj = {pfx}_ROW_J[r]")
+        U = {name: row.let_all(_u_vector(A, name, cols("rj")), "u") for name in (*_U, "U3", "U6", "U7")}
+        pair = Scope("v")
+        pair.stmt(f"const int pk = {pfx}_PAIR_K[p]")
+        values = []
+        for slot in self.slots:
+            name = _SLOTS[slot]
+            values.append(pair.let(_value(name.lstrip("-"), -1.0 if name[0] == "-" else 1.0, U.get, cols("pk")), "v"))
+        pair.stmt(f"const T value[{len(values)}] = {{{', '.join(render(x) for x in values)}}}")
+        for t, name in enumerate(_TENSORS):
+            pair.extend([n.For(f"int e = {pfx}_PAIR_CELLS[4 * p + {t}]", f"e < {pfx}_PAIR_CELLS[4 * p + {t + 1}]", "++e",
+                               [n.Stmt(f"{self.out[name](f'{pfx}_CELL[e]')} = value[{pfx}_CELL_VALUE[e]]")])])
+        row.extend([n.For(f"int p = {pfx}_ROW_PAIRS[r]", f"p < {pfx}_ROW_PAIRS[r + 1]", "++p", pair.body())])
+        scope.extend([n.For(f"int r = {pfx}_COL_ROWS[{c}]", f"r < {pfx}_COL_ROWS[{c} + 1]", "++r", row.body())])
+        return scope.body()
+
+
+def _u_vector(A: dict, name: str, col) -> list:
+    """Vector ``name`` (U1..U13) of a column's matrices ``A`` and a support column ``j`` (``col(x)``:
+    its S, Pd, Pdd or "+" = psid + Sd)."""
+    if name == "U3":  # A3 Pd + A1 Pdd + A5 S
+        return _sum(matvec(A["A3"], col("Pd")), matvec(A["A1"], col("Pdd")), matvec(A["A5"], col("S")))
+    if name == "U6":  # Bic Pd + A7 S
+        return _sum(matvec(A["Bic"], col("Pd")), matvec(A["A7"], col("S")))
+    if name == "U7":  # A3 S + A1 (Pd + Sd)
+        return _sum(matvec(A["A3"], col("S")), matvec(A["A1"], col("+")))
+    M, transposed, which = _U[name]
+    return (matTvec if transposed else matvec)(A[M], col(which))
+
+
+def _value(name: str, coef: float, u, col):
+    """``coef`` times cell value ``name`` (P1..Q8) of a pair ``(j, k)``: ``u(U)`` is j's vector U,
+    ``col(x)`` k's column x."""
+    return sum_terms((sign * coef, x, y) for sign, (un,), which in _VALUES[name] for x, y in zip(u(un), col(which)))
 
 
 def _sum(*vs) -> list:
@@ -520,22 +671,50 @@ def _out(layers, local: bool) -> dict:
     return {name: io[name] for name in _TENSORS}
 
 
+@attrs.frozen
+class IdsvaSOOptions(sweeps.SweepOptions):
+    """idsva_so's options: the block layout's sweep form, and the form of the contractions."""
+
+    contractions: str = attrs.field(default="auto", validator=attrs.validators.in_(("auto", "unrolled", "loops")))
+    """``unrolled`` (straight-line code per cell, robot constants folded), ``loops`` (loops over baked
+    tables of columns, pairs and cells: code of one size for every robot), or ``auto``: loops above
+    :data:`LOOP_CELLS` written cells (go2, atlas, g1), unrolled below (iiwa14, hyq, panda)."""
+
+
 class IdsvaSOEmitter(Emitter):
-    Options = sweeps.SweepOptions
+    Options = IdsvaSOOptions
     global_inputs = ("f_ext",)  # read in place by RNEA's forward step
     nullable_inputs = ("f_ext",)
     global_outputs = _TENSORS  # 4 nv^3 values: written in place (atlas: 864 KB in float64)
     composes = ("inverse_dynamics", "inverse_dynamics_gradient")
-    in_default_set = False  # straight-line code over every chain: atlas's is 8.2 MB of C++; name it to build it
+    in_default_set = False  # a large library even in the loop form (the -O3 build of its world pass); name it to build it
     sweep_doc = "Sweep form (RNEA's and the world frame's)"
 
     def block_threads_hint(self, robot: Robot) -> int:
         return 32 * robot.nv  # the column groups, one warp each
 
+    @staticmethod
+    def _form(layers) -> str:
+        return contraction_form(layers.robot, Cells(layers.robot), layers.ctx.knob("contractions", "auto", "auto")[0])
+
+    def helpers(self, layers) -> list:
+        if self._form(layers) == "unrolled":
+            return []
+        return self._steps(layers, False)[2].helpers()
+
+    def inner_doc(self, layers) -> str:
+        if self._form(layers) == "unrolled":
+            return ""
+        return (f"Contractions: loops over baked tables ({len(Cells(layers.robot).terms)} cells written, above the "
+                f"{LOOP_CELLS} of the unrolled form).")
+
     def _steps(self, layers, local: bool):
         rnea = layers.steps("inverse_dynamics", local=local, every_body=("v",))
         world = layers.steps("inverse_dynamics_gradient", local=local, rnea=rnea)
-        return rnea, world, ColumnSteps(Cells(layers.robot), world.w, _out(layers, local))
+        cells, out = Cells(layers.robot), _out(layers, local)
+        if self._form(layers) == "loops":
+            return rnea, world, ColumnLoops(cells, world.w, out, layers.pfx)
+        return rnea, world, ColumnSteps(cells, world.w, out)
 
     def inner_body(self, layers) -> list:
         robot = layers.robot
@@ -543,7 +722,7 @@ class IdsvaSOEmitter(Emitter):
         form = sweeps.form_of(layers.ctx)
         zeros = [sweeps.span(a, b, lambda sc, c, t=t: sc.assign(cols.out[_TENSORS[t]](c), 0.0), var="c")
                  for t in range(4) for a, b in cols.cells.zeros(t)]
-        return [
+        head = [
             *ss.gravity_statements(),
             n.Comment("RNEA's sweeps (inverse dynamics' steps, by handle): v of every body, a, f summed over subtrees"),
             *sweeps.forward(robot, rnea.forward, form),
@@ -551,6 +730,23 @@ class IdsvaSOEmitter(Emitter):
             n.Comment("the world frame (the first-order gradient's steps, by handle): per dof J, psid, psidd,\n"
                       "psid + Sd; per body Y, B and F, then the composites IC, BC, leaves to root"),
             *sweeps.forward(robot, world.forward, form),
+        ]
+        if isinstance(cols, ColumnLoops):
+            known = Scope("t")
+            cols.store_known(known)
+            return [
+                *head,
+                n.Comment("the constants the world pass folded, stored: the loops read the columns at run-time offsets"),
+                n.If("GRID_TID == 0", known.body()), n.Sync(),
+                *sweeps.backward_gather(robot, world.gather, form),
+                n.Comment(f"the contractions of each column ({cols.count}), a thread each: loops over its support "
+                          "columns j and the pairs (j, k), and the structural zeros"),
+                n.BlockStrideLoop("c", cols.count, cols.column("c")),
+                *sweeps.fan_out_runs([sweeps.span(*cols.zero_runs(t), lambda sc, z, t=t: sc.extend(cols.zeros(z, t)),
+                                                  var="z") for t in range(4)]),
+            ]
+        return [
+            *head,
             *sweeps.backward_gather(robot, world.gather, form),
             n.Comment(f"the contractions of each group of columns, one warp each ({len(cols.cells.groups)} groups), "
                       "and the structural zeros"),
@@ -573,15 +769,24 @@ class IdsvaSOEmitter(Emitter):
         for b in reversed(robot.bodies):
             if robot.topology.children[b.index]:
                 world.gather(scope, b.index, robot.topology.children[b.index])
-        for g in sorted(cols.cells.groups):
-            cols.group(scope, g)
+        if isinstance(cols, ColumnLoops):
+            cols.store_known(scope)
+            scope.extend([n.For("int c = 0", f"c < {cols.count}", "++c", cols.column("c"))])
+        else:
+            for g in sorted(cols.cells.groups):
+                cols.group(scope, g)
         zeros = []
         for t in range(4):
+            if isinstance(cols, ColumnLoops):
+                first, end = cols.zero_runs(t)
+                zeros.append(n.For(f"int z = {first}", f"z < {end}", "++z", cols.zeros("z", t)))
+                continue
             for a, b in cols.cells.zeros(t):
                 zeros.append(n.For(f"int c = {a}", f"c < {b}", "++c", [n.Stmt(f"{cols.out[_TENSORS[t]]('c')} = T(0)")]))
+        where = ("the stack: the contractions' loops read the world arrays at run-time offsets"
+                 if isinstance(cols, ColumnLoops) else "registers (or the stack): every index is a constant")
         return [*ss.gravity_statements(),
-                layers.locals([*(rnea.arr[x] for x in ("v", "a", "f")), *world.w.values()],
-                              "registers (or the stack): every index is a constant"),
+                layers.locals([*(rnea.arr[x] for x in ("v", "a", "f")), *world.w.values()], where),
                 *scope.body(), *zeros]
 
 
@@ -627,7 +832,10 @@ all of it in the frame of :math:`i`; world-frame form: all in the world frame.  
                 "they leave the sweep entirely"),
         P2=todo("done: every column's contractions at once, one warp each (a mimic joint's column with its "
                 "mimicked joint's: their cells sum), no barrier between them, and the structural zeros a "
-                "fan-out of index ranges. Left, the dominant lever: a column's lane walks the k <= j pairs of its support "
+                "fan-out of index ranges; above LOOP_CELLS written cells (go2, atlas, g1) the loop form: code of "
+                "one size for every robot (loops over baked tables of columns, (j, k) pairs and cells, the "
+                "columns read at offsets from the world arrays' declarations), one column a thread, the zero "
+                "runs a thread each. Left, the dominant lever: a column's lane walks the k <= j pairs of its support "
                 "serially (the deepest column's m^2 / 2 pairs are the critical path); fan the (i, j, k) "
                 "chain cells over threads by storing the per-column matrices A0..A7, Bic and the per-(i, j) "
                 "vectors u in a spillable arena region"),
@@ -638,7 +846,8 @@ all of it in the frame of :math:`i`; world-frame form: all in the world frame.  
         P4=todo("done: the cell table (which contraction lands in which cell, the reference's writes "
                 "replayed on symbols; a mimic's relaxed cells summed into the robot's) and the structural "
                 "zeros (triples off every chain) are baked at generation time, each cell written once; robot "
-                "constants folded. Left: the four nv^3 outputs are written in place in global memory: a warp "
+                "constants folded (the loop form: the cell table and zero runs baked as index tables, each "
+                "pair computing only the values some cell of the robot takes). Left: the four nv^3 outputs are written in place in global memory: a warp "
                 "of states does not fit 48 KB of staging (iiwa14: 11 KB a state), and the ring of "
                 "grid_core.emit.ring takes one output; a ring over several outputs would coalesce the stores"),
         notes="the generated code takes the world-frame form for every robot (fixed or floating base, mimic "

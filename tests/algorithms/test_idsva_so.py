@@ -12,6 +12,12 @@ float64 at rel 1e-9 (the norm of the whole batch's tensor); float32 at rel 1e-4 
 tensor norm: the tensors are polynomials in the state (no solve, no condition number to amplify
 rounding), and on iiwa14 the worst of 64 random states measured 1.2e-6 .. 2.5e-6 across the four
 tensors, both layouts (40x inside the bound).
+
+Above LOOP_CELLS written cells the contractions are loops over baked tables (the contractions
+option, 'auto'): atlas (30 dofs, 8814 cells), the humanoid of the sample, runs in that form at
+rung 0 and the deepest rung in both precisions, on the CPU backend too, and against central
+differences of Pinocchio's first derivatives; iiwa14 with the loops forced checks the form on a
+chain whose constants the unrolled form folds (the loops read them from the stored arrays).
 """
 
 from __future__ import annotations
@@ -29,17 +35,19 @@ from tests.generated import FULL_SWEEP
 N = 4
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 CASES = [("iiwa14", False, (np.float64, np.float32)), ("iiwa14", True, (np.float64, np.float32)),
-         ("hyq", False, (np.float64,)), ("hyq", True, (np.float64,)), ("erd:panda", False, (np.float64,))]
+         ("hyq", False, (np.float64,)), ("hyq", True, (np.float64,)), ("erd:panda", False, (np.float64,)),
+         ("atlas", False, (np.float64, np.float32)), ("atlas", True, (np.float64, np.float32))]
+LOOPS = {"algorithm_options": {"idsva_so": {"contractions": "loops"}}}
 if FULL_SWEEP:  # a free-flyer: passes, but its library took 265 s of host compilation here
     CASES.append(("erd:solo12", False, (np.float64,)))
 
 
 @functools.cache
-def emulated(name: str, spill: bool, dtype):
+def emulated(name: str, spill: bool, dtype, loops: bool = False):
     from grid_core.testing import Emulated
 
     opts = {"target_shared_mem_bytes": 0} if spill else {}
-    handle = Emulated(load(name), ["idsva_so"], dtype, quiet=True, **opts)
+    handle = Emulated(load(name), ["idsva_so"], dtype, quiet=True, **opts, **(LOOPS if loops else {}))
     handle.set_poison(True)  # outputs start as NaN: a cell the kernel never writes fails
     return handle
 
@@ -49,16 +57,18 @@ def _states(robot, rng, n=N):
     return q, qd, qdd, rng.normal(size=(n, robot.num_bodies, 6))
 
 
-@pytest.mark.parametrize(("name", "spill", "dtypes"), [
-    pytest.param(*c, id=f"{c[0]}-{'deepest-rung' if c[1] else 'rung0'}") for c in CASES])
-def test_idsva_so_emulated(name, spill, dtypes, rng):
+@pytest.mark.parametrize(("name", "spill", "dtypes", "loops"), [
+    *(pytest.param(*c, False, id=f"{c[0]}-{'deepest-rung' if c[1] else 'rung0'}") for c in CASES),
+    pytest.param("iiwa14", False, (np.float64, np.float32), True, id="iiwa14-rung0-loops"),
+    pytest.param("iiwa14", True, (np.float64,), True, id="iiwa14-deepest-rung-loops")])
+def test_idsva_so_emulated(name, spill, dtypes, loops, rng):
     robot = load(name)
     q, qd, qdd, f_ext = _states(robot, rng)
     ref = Reference(robot)
     for f in (None, f_ext):
         expected = ref.idsva_so(q, qd, qdd, f)
         for dtype in dtypes:
-            b = emulated(name, spill, dtype)
+            b = emulated(name, spill, dtype, loops)
             for layout, tier in [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]:
                 got = b.with_launch(layout=layout, tier=tier).idsva_so(q, qd, qdd, f)
                 what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} spill={spill}{'' if f is None else ' f_ext'}"
@@ -84,6 +94,68 @@ def test_idsva_so_cpu_handle(rng):
     got = cpu.idsva_so(q, qd, qdd, f_ext, gravity=g)
     for x, e in zip(got, Reference(robot).idsva_so(q, qd, qdd, f_ext, gravity=g)):
         assert_close(x, e, 1e-9, "iiwa14 cpu")
+
+
+@functools.cache
+def cpu_handle(name: str):
+    from grid_core import CpuHandle
+
+    handle = CpuHandle(load(name), ["idsva_so"], threads=2, quiet=True)
+    handle.set_poison(True)
+    return handle
+
+
+def test_idsva_so_cpu_handle_humanoid(rng):
+    """atlas (30 dofs: the loop form) on the CPU backend equals the reference, and central differences
+    of Pinocchio's first derivatives (computeRNEADerivatives along the tangent of q and along qd, crba
+    along q: the reference test's steps and tolerance, see test_idsva_so_reference.py)."""
+    from grid_core.testing import central_fd, tangent_fd
+    from tests.algorithms.second_order_support import pin_crba, pin_rnea_derivatives
+
+    robot = load("atlas")
+    cpu = cpu_handle("atlas")
+    q, qd, qdd, f_ext = _states(robot, rng, 9)  # not a multiple of the SIMD lanes
+    got = cpu.idsva_so(q, qd, qdd, f_ext)
+    for x, e in zip(got, Reference(robot).idsva_so(q, qd, qdd, f_ext)):
+        assert_close(x, e, 1e-9, "atlas cpu")
+    d2q, d2qd, dqdqd, dM = (x[0] for x in got)
+    q, qd, qdd, f = q[0], qd[0], qdd[0], f_ext[0]
+    by_q = tangent_fd(robot, lambda x: np.stack(pin_rnea_derivatives(robot, x, qd, qdd, f)), q, 1e-5)
+    by_qd = central_fd(lambda x: np.stack(pin_rnea_derivatives(robot, q, x, qdd, f)), qd, 0.1)
+    assert_close(d2q, by_q[0], 1e-6, "atlas: d2tau_dq2 vs Pinocchio")
+    assert_close(d2qd, by_qd[1], 1e-6, "atlas: d2tau_dqd2 vs Pinocchio")
+    assert_close(dqdqd, by_qd[0], 1e-6, "atlas: d2tau_dqdqd vs Pinocchio")
+    assert_close(dM, tangent_fd(robot, lambda x: pin_crba(robot, x), q, 1e-5), 1e-6, "atlas: dM_dq vs Pinocchio")
+
+
+def test_contraction_form_is_chosen_by_the_cells_and_the_option():
+    """Above LOOP_CELLS written cells the loops (go2, atlas, g1), below the unrolled form (iiwa14, hyq,
+    panda); the option forces either; a mimic robot's summed cells have no loop form yet."""
+    import grid_core
+    from grid_algorithms.idsva_so import LOOP_CELLS, Cells, contraction_form
+    from grid_core.errors import CodegenError
+
+    for name, form in [("iiwa14", "unrolled"), ("hyq", "unrolled"), ("erd:panda", "unrolled"), ("go2", "loops"),
+                       ("atlas", "loops"), ("g1", "loops")]:
+        robot = load(name)
+        cells = Cells(robot)
+        assert contraction_form(robot, cells, "auto") == form, name
+        assert (len(cells.terms) > LOOP_CELLS) == (name in ("go2", "atlas", "g1"))
+        assert contraction_form(robot, cells, "unrolled") == "unrolled"
+    assert contraction_form(load("iiwa14"), Cells(load("iiwa14")), "loops") == "loops"
+    with pytest.raises(CodegenError, match="mimic"):
+        contraction_form(load("erd:panda"), Cells(load("erd:panda")), "loops")
+    header = grid_core.generate(load("g1"), ["idsva_so"])
+
+    def function(name):  # its text, up to its closing brace at column 0
+        start = header.index(f" {name}(")
+        return header[start:header.index("\n}\n", start)]
+
+    # the loops' code is of one size for every robot: what is left grows with the bodies as the
+    # first-order gradient's own per-state code does (g1's unrolled idsva_so_state was 6.4 MB, 8x it)
+    assert "IDSVA_SO_CELL[e]" in function("idsva_so_state")
+    assert len(function("idsva_so_state")) < len(function("inverse_dynamics_gradient_state"))
+    assert len(header) < 4_500_000  # the unrolled form's was 16.4 MB
 
 
 def test_structural_zeros_are_the_triples_off_every_chain():
