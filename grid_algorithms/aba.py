@@ -315,9 +315,9 @@ class AbaEmitter(Emitter):
         return [*ss.gravity_statements(), layers.locals([arr[f.name] for f in self.fields(layers)]), *scope.body()]
 
 
-def _jacobians(kernels, x, gravity, wanted):
+def _jacobians(kernels, x, params, wanted):
     """ABA computes forward dynamics: its Jacobians are ``forward_dynamics``'s (that rule, by name)."""
-    return kernels.jacobians("forward_dynamics", x, gravity, wanted)
+    return kernels.jacobians("forward_dynamics", x, params, wanted)
 
 
 class ABA(Algorithm):

@@ -226,7 +226,7 @@ class CrbaEmitter(Emitter):
         return [layers.locals(), *scope.body()]
 
 
-def _jacobians(kernels, x, gravity, wanted):
+def _jacobians(kernels, x, params, wanted):
     """``dM/dq``, ``(B, nv, nv, nv)`` (``[i, j, k] = dM_ij/dq_k``): ``M(q) e_j = ID(q, 0, e_j)`` with
     gravity off, so column ``j`` is the inverse-dynamics gradient's ``dtau/dq`` at ``qd = 0``,
     ``qdd = e_j``, gravity off."""

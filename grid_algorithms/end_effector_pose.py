@@ -162,7 +162,7 @@ _EMBED_C = np.eye(3, 4)
 _LAST = np.eye(4)[3]
 
 
-def _jacobians(kernels, x, gravity, wanted):
+def _jacobians(kernels, x, params, wanted):
     """From the frame Jacobians (``end_effector_pose_gradient``, rows ``[linear; angular]`` in
     world-aligned axes): ``dp/dq = J[:3]``, ``dR/dq_j = skew(J[3:, j]) R``."""
     q, xp = x["q"], kernels.xp

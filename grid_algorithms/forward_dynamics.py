@@ -122,14 +122,14 @@ def _method(layers) -> str:
     return layers.ctx.algorithm_options.method
 
 
-def _jacobians(kernels, x, gravity, wanted):
+def _jacobians(kernels, x, params, wanted):
     """``dqdd/dq``, ``dqdd/dqd``: the forward-dynamics gradient's; ``dqdd/dtau = Minv``; ``qdd =
     Minv (tau - ID(q, qd, 0, f_ext))``, so ``dqdd/df_ext = -Minv dtau/df_ext``, inverse dynamics'
     Jacobian in ``f_ext`` (its rule, by name)."""
     J = {}
     if wanted & {"q", "qd"}:
         J["q"], J["qd"] = kernels("forward_dynamics_gradient", x["q"], x["qd"], x["tau"], x.get("f_ext"),
-                                  gravity=gravity)
+                                  **params)
     if wanted & {"tau", "f_ext"}:
         J["tau"] = kernels("minv", x["q"])
     if "f_ext" in wanted:

@@ -256,13 +256,13 @@ def _force_map(kernels, q):
     return xp.einsum("bkcv->bvkc", tau.reshape(b, robot.num_bodies, 6, nv))
 
 
-def _jacobians(kernels, x, gravity, wanted):
+def _jacobians(kernels, x, params, wanted):
     """``dtau/dq``, ``dtau/dqd``: the inverse-dynamics gradient's; ``dtau/dqdd = M`` (tau is linear
     in qdd); ``dtau/df_ext``: :func:`_force_map`."""
     J = {}
     if wanted & {"q", "qd"}:
         J["q"], J["qd"] = kernels("inverse_dynamics_gradient", x["q"], x["qd"], x["qdd"], x.get("f_ext"),
-                                  gravity=gravity)
+                                  **params)
     if "qdd" in wanted:
         J["qdd"] = kernels("crba", x["q"])
     if "f_ext" in wanted:

@@ -360,7 +360,7 @@ class MinvEmitter(Emitter):
         return [layers.locals(), *scope.body()]
 
 
-def _jacobians(kernels, x, gravity, wanted):
+def _jacobians(kernels, x, params, wanted):
     """``dMinv = -Minv dM Minv``, ``dM/dq`` crba's Jacobian (its rule, by name)."""
     Minv, xp = kernels("minv", x["q"]), kernels.xp
     dM = xp.einsum("bijk->bkij", kernels.jacobian("crba", "q", {"q": x["q"]}))

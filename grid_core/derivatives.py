@@ -6,14 +6,21 @@ call (built into the handle's gradient library when the handle's own lacks them)
 function forming the Jacobians at the primal from those kernels' outputs: the chain-rule wiring,
 written next to the algorithm's math, in its module.  It calls kernels by name through
 :class:`Kernels`, and another algorithm's Jacobian by name too (``kernels.jacobian("crba", "q",
-x)``): a rule never imports another algorithm's module.  The runtime
+x)``): a rule never imports another algorithm's module.  The call's values other than its state
+inputs reach the rule as ``params``, a dict by port name: its params (``gravity``, ``dt``; float64
+arrays, None: the kernel's default) and the values its option ports were generated with (the
+integrator's ``method``); a kernel call takes them as keywords (``kernels(name, *states,
+**params)``), each kernel the ones it has a port for.  The runtime
 (:mod:`grid_core.runtime.derivatives`) contracts the Jacobians with an output's gradient
 (PyTorch) or the inputs' tangents (JAX).
 
 Every Jacobian has the batch axis first, then the output's axes, then the input's:
-``(B, *out, *in)``; a Jacobian in ``q`` is in the tangent space (a free-flyer's ``q (+) dq``
+``(B, *out, *in)``; an algorithm of several outputs gives a tuple of them per input, one per
+output in order.  A Jacobian in ``q`` is in the tangent space (a free-flyer's ``q (+) dq``
 moves the base by ``dq[:3]`` in the base frame and rotates it by ``R exp(dq[3:])``, as the
-gradient kernels differentiate); the runtime maps it to q's coordinates.  The wiring uses a few
+gradient kernels differentiate); so are the rows of an output the rule names a configuration
+(``Rule.configurations``: the integrator's ``q_next``, its rows in the tangent space at it); the
+runtime maps both to q's coordinates.  The wiring uses a few
 operations that PyTorch tensors and JAX arrays share (``einsum``, ``@``, ``reshape``, slicing)
 and :attr:`Kernels.xp` (:class:`Namespace`) for the rest.
 
@@ -46,14 +53,18 @@ class Rule:
     ``inputs``: its differentiable state inputs, ``q`` first (the others by their port names).
     ``needs``: every generated kernel its Jacobians call, those called for it by the rules it
     composes by name included (the handle's gradient library holds them).
-    ``jacobians(kernels, x, gravity, wanted)``: ``{input: Jacobian}`` for each input of the set
-    ``wanted`` (more may be returned), at the batched inputs ``x`` (by name; an omitted optional
-    input absent), ``gravity`` the call's (None: the kernels' default); through ``kernels``
-    (:class:`Kernels`) only."""
+    ``jacobians(kernels, x, params, wanted)``: ``{input: Jacobian}`` (a tuple of them, one per
+    output, for an algorithm of several outputs) for each input of the set ``wanted`` (more may be
+    returned), at the batched inputs ``x`` (by name; an omitted optional input absent), ``params``
+    the call's other values by name (its params, None or absent: the kernels' default; its option
+    ports' generated values); through ``kernels`` (:class:`Kernels`) only.
+    ``configurations``: the outputs that are configurations (their Jacobians' rows in the tangent
+    space at them)."""
 
     inputs: tuple[str, ...] = attrs.field(validator=_names)
     needs: tuple[str, ...] = attrs.field(validator=_names)
     jacobians: Callable = attrs.field(validator=attrs.validators.is_callable())
+    configurations: tuple[str, ...] = attrs.field(default=(), validator=_names)
 
 
 @attrs.frozen
@@ -69,9 +80,10 @@ class Namespace:
 
 @attrs.frozen
 class Kernels:
-    """What a rule calls: ``kernels(name, *states, gravity=None)`` runs the generated kernel
-    ``name`` on the framework's arrays (an omitted optional input as None; outputs of the same
-    kind); :meth:`jacobian` and :meth:`jacobians` evaluate another algorithm's rule, found by
+    """What a rule calls: ``kernels(name, *states, **params)`` runs the generated kernel ``name``
+    on the framework's arrays, its state inputs in its ports' order (an omitted optional input as
+    None; outputs of the same kind), with the values of ``params`` it has a port for (None: its
+    default); :meth:`jacobian` and :meth:`jacobians` evaluate another algorithm's rule, found by
     name (``rule_of``: the registry's); ``robot`` the handle's robot, ``xp`` the framework's
     :class:`Namespace`."""
 
@@ -80,21 +92,22 @@ class Kernels:
     xp: Namespace
     rule_of: Callable
 
-    def __call__(self, name: str, *states, gravity=None):
-        return self.call(name, states, gravity)
+    def __call__(self, name: str, *states, **params):
+        return self.call(name, states, params)
 
     def rule(self, name: str) -> Rule:
         """The rule of algorithm ``name``."""
         return self.rule_of(name)
 
-    def jacobians(self, name: str, x: dict, gravity, wanted: set) -> dict:
+    def jacobians(self, name: str, x: dict, params: dict, wanted: set) -> dict:
         """Algorithm ``name``'s Jacobians of ``wanted`` at ``x`` (its inputs by name, batched)."""
-        J = self.rule(name).jacobians(self, x, gravity, wanted)
+        J = self.rule(name).jacobians(self, x, params, wanted)
         return {k: v for k, v in J.items() if k in wanted}
 
-    def jacobian(self, name: str, wrt: str, x: dict, gravity=None):
-        """Algorithm ``name``'s Jacobian with respect to its input ``wrt`` at ``x``."""
-        return self.jacobians(name, x, gravity, {wrt})[wrt]
+    def jacobian(self, name: str, wrt: str, x: dict, params: dict | None = None):
+        """Algorithm ``name``'s Jacobian with respect to its input ``wrt`` at ``x`` (``params``:
+        None, the defaults)."""
+        return self.jacobians(name, x, params or {}, {wrt})[wrt]
 
     def basis(self, n: int, shape: tuple, like):
         """``n`` copies of the unit arrays of ``shape`` (one column each of a Jacobian formed

@@ -309,7 +309,7 @@ MALFORMED = {
     ),
     "bad_derivative_inputs": (
         dict(grid_register_algorithms=registers(algorithm(
-            "QSecond", derivatives=Rule(("qd", "q"), (), lambda kernels, x, gravity, wanted: {})))),
+            "QSecond", derivatives=Rule(("qd", "q"), (), lambda kernels, x, params, wanted: {})))),
         r"^plugin 'bad_derivative_inputs' .*QSecond: 'derivatives' inputs must be q first, each once, "
         r"got \('qd', 'q'\)",
     ),

@@ -22,7 +22,8 @@ import numpy as np
 
 from ..errors import InputError
 from . import adapters
-from .derivatives import Namespace, chart_of, gradient_backend, kernels_of, registered_rules, rule_of, vjps
+from .derivatives import (Namespace, call_values, chart_of, gradient_backend, kernel_arguments, kernels_of, outputs_of,
+                          registered_rules, rule_of, vjps)
 
 _HANDLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 """handle key (the operators' first argument) -> backend"""
@@ -55,9 +56,10 @@ def key_of(backend) -> int:
 def _schema(plan, vjp_of: bool) -> str:
     states = ", ".join(f"Tensor{'?' if p.optional else ''} {p.name}" for p in plan.states)
     params = "".join(f", Tensor {p.name}" for p in plan.params)  # float64 values, never differentiated
-    if vjp_of:
-        return f"(int handle, Tensor grad, {states}{params}, bool[] wanted) -> Tensor[]"
-    return f"(int handle, {states}{params}) -> Tensor"
+    if vjp_of:  # the outputs' gradients, and the outputs themselves where a configuration's chart needs them
+        return f"(int handle, Tensor[] grads, Tensor[] outs, {states}{params}, bool[] wanted) -> Tensor[]"
+    returns = "Tensor" if plan.n_out == 1 else f"({', '.join(['Tensor'] * plan.n_out)})"
+    return f"(int handle, {states}{params}) -> {returns}"
 
 
 def _split(plan, args):
@@ -65,8 +67,9 @@ def _split(plan, args):
     return list(args[:plan.n_state]), list(args[plan.n_state:plan.n_state + len(plan.params)])
 
 
-def _gravity(values):
-    return None if not values else values[0].detach().cpu().numpy()
+def _host(values) -> list:
+    """The params' tensors as float64 numpy values."""
+    return [v.detach().cpu().numpy() for v in values]
 
 
 def define(plan) -> str:
@@ -79,57 +82,79 @@ def define(plan) -> str:
         import torch
 
         rule = rule_of(name)
-        out_ndim = len(plan.outs[0].shape)
+        outs_of = outputs_of(rule, plan)
+        keeps_outputs = bool(rule.configurations)  # the chart at a configuration output needs its value
 
         def forward(handle, *args):
             backend = _HANDLES[handle]
             states, params = _split(plan, args)
-            kw = {p.name: v.detach().cpu().numpy() for p, v in zip(plan.params, params)}
+            kw = {p.name: v for p, v in zip(plan.params, _host(params))}
+            kw.update({p.name: x.detach() for p, x in zip(plan.states, states) if x is not None})
             with torch.no_grad():
-                out = getattr(backend, name)(*(None if x is None else x.detach() for x in states), **kw)
+                out = getattr(backend, name)(**kw)
             return out
 
         def forward_fake(handle, *args):
             states, _ = _split(plan, args)
             q = states[0]
             lead = tuple(q.shape[:q.dim() - len(plan.states[0].shape)])
-            # the output's shape is the robot's: the handle's own plan (``plan`` defined the schema only)
-            return q.new_empty((*lead, *_HANDLES[handle]._plan(_algorithm(name)).outs[0].shape))
+            # the outputs' shapes are the robot's: the handle's own plan (``plan`` defined the schema only)
+            outs = tuple(q.new_empty((*lead, *o.shape)) for o in _HANDLES[handle]._plan(_algorithm(name)).outs)
+            return outs[0] if len(outs) == 1 else outs
 
-        def backward_op(handle, grad, *args):
+        def backward_op(handle, grads, outs, *args):
             backend = _HANDLES[handle]
             gb = gradient_backend(backend)
             states, params = _split(plan, args)
             wanted_flags = args[-1]
             names = [p.name for p in plan.states]
             single = states[0].dim() == len(plan.states[0].shape)
-            x = {n: (s[None] if single else s).detach() for n, s in zip(names, states) if s is not None}
+
+            def batched(a):
+                return a[None] if single else a
+
+            x = {n: batched(s).detach() for n, s in zip(names, states) if s is not None}
             wanted = {n for n, w, s in zip(names, wanted_flags, states) if w and s is not None and n in rule.inputs}
-            kernels = kernels_of(gb, lambda alg, xs, gravity: _kernel(gb, alg, xs, gravity), _namespace())
+            kernels = kernels_of(gb, lambda alg, xs, ps: _kernel(gb, alg, xs, ps), _namespace())
+            values = call_values(backend, backend._plan(_algorithm(name)), _host(params))
             with torch.no_grad():
-                g = (grad[None] if single else grad).to(x["q"].dtype)
-                grads = vjps(rule, kernels, x, _gravity(params), g, wanted, chart_of(gb), out_ndim)
-            return [grad.new_empty(0) if n not in grads else (grads[n][0] if single else grads[n]).to(s.dtype)
+                g = tuple(batched(gr).to(x["q"].dtype) for gr in grads)
+                ys = tuple(batched(o).to(x["q"].dtype) for o in outs) or None
+                several = len(g) > 1
+                found = vjps(rule, kernels, x, values, g if several else g[0], wanted, chart_of(gb), outs_of,
+                             ys if several or ys is None else ys[0])
+            return [grads[0].new_empty(0) if n not in found else (found[n][0] if single else found[n]).to(s.dtype)
                     for n, s in zip(names, states)]
 
-        def backward_fake(handle, grad, *args):
+        def backward_fake(handle, grads, outs, *args):
             states, _ = _split(plan, args)
-            return [grad.new_empty(0) if s is None or not w else s.new_empty(s.shape)
+            return [grads[0].new_empty(0) if s is None or not w else s.new_empty(s.shape)
                     for s, w in zip(states, args[-1])]
 
         def setup_context(ctx, inputs, output):
             ctx.handle = inputs[0]
             ctx.args = inputs[1:]
-            ctx.save_for_backward(*(x for x in inputs[1:1 + plan.n_state] if x is not None))
+            outs = (output if isinstance(output, tuple) else (output,)) if keeps_outputs else ()
+            ctx.n_outs = len(outs)
+            ctx.save_for_backward(*(x for x in inputs[1:1 + plan.n_state] if x is not None), *outs)
 
-        def backward(ctx, grad):
-            saved = iter(ctx.saved_tensors)
+        def backward(ctx, *grads):
+            saved = list(ctx.saved_tensors)
+            outs = saved[len(saved) - ctx.n_outs:]
+            saved = iter(saved[:len(saved) - ctx.n_outs])
             states = [None if x is None else next(saved) for x in ctx.args[:plan.n_state]]
             params = list(ctx.args[plan.n_state:])
             needs = ctx.needs_input_grad[1:1 + plan.n_state]
-            wanted = [bool(w) and s is not None for w, s in zip(needs, states)]
-            grads = getattr(torch.ops.grid, f"{name}_vjp")(ctx.handle, grad, *states, *params, wanted)
-            return (None, *(gr if w else None for gr, w in zip(grads, wanted)), *(None for _ in params))
+            wanted = [bool(w) and s is not None and n in rule.inputs
+                      for w, s, n in zip(needs, states, (p.name for p in plan.states))]
+            refused = [p.name for p, w, s in zip(plan.states, needs, states)
+                       if w and s is not None and p.name not in rule.inputs]
+            if refused:
+                raise InputError(f"{name}: no derivative with respect to '{refused[0]}' (differentiable: "
+                                 f"{', '.join(rule.inputs)}); detach it")
+            found = getattr(torch.ops.grid, f"{name}_vjp")(ctx.handle, list(grads), list(outs), *states, *params,
+                                                         wanted)
+            return (None, *(gr if w else None for gr, w in zip(found, wanted)), *(None for _ in params))
 
         torch.library.define(qualname, _schema(plan, False))
         torch.library.impl(qualname, ("cpu", "cuda"), forward)
@@ -155,16 +180,16 @@ def _no_second_order(name: str):
     return backward
 
 
-def _kernel(backend, name, states, gravity):
-    kw = {} if gravity is None else {"gravity": gravity}
-    return getattr(backend, name)(*states, **kw)
+def _kernel(backend, name, states, params):
+    return getattr(backend, name)(**kernel_arguments(backend, name, states, params))
 
 
 class TorchOps:
     """The handle's differentiable methods as calls of its ``grid::`` operators, with the
-    handle's signatures (state inputs, ``gravity=``): single states or a batch ``(N, ...)`` (a
-    single state among a batch broadcast over it), tensors of any real dtype (converted to the
-    handle's, differentiably).  What ``torch.compile`` traces; the handle's own methods take the
+    handle's signatures (state inputs, params such as ``gravity=`` and ``dt``; an option port only
+    at the value its code was generated with): single states or a batch ``(N, ...)`` (a single
+    state among a batch broadcast over it), tensors of any real dtype (converted to the handle's,
+    differentiably).  What ``torch.compile`` traces; the handle's own methods take the
     same operators for tensors that require grad."""
 
     def __init__(self, backend):
@@ -179,8 +204,9 @@ class TorchOps:
                 plan = backend._plan(_algorithm(name))
                 define(plan)
                 self._plans[name] = plan
-                for p, d in zip(plan.params, plan.defaults):
-                    self._defaults[(name, p.name)] = torch.as_tensor(np.asarray(p.default, dtype=np.float64))
+                for p in plan.params:
+                    if p.default is not None:
+                        self._defaults[(name, p.name)] = torch.as_tensor(np.asarray(p.default, dtype=np.float64))
 
     def __getattr__(self, name: str):
         plans = self.__dict__.get("_plans", {})
@@ -196,10 +222,18 @@ class TorchOps:
         return method
 
     def call(self, plan, args, kwargs):
+        """``args`` bound to the algorithm's inputs in their order, as the handle's method binds them."""
         import torch
 
-        given = dict(zip([p.name for p in (*plan.states, *plan.params)], args))
+        given = dict(zip([p.name for p in plan.ins], args))
         given.update(kwargs)
+        built = self._backend._values(plan.alg)
+        for p in plan.ins:
+            if p.kind == "option" and given.get(p.name) is not None and p.name != "frames" \
+                    and given[p.name] != built[p.name]:
+                raise InputError(f"{plan.name}: argument '{p.name}' is fixed when the code is generated "
+                                 f"({built[p.name]!r} here); for {given[p.name]!r} call the handle's method, or "
+                                 f"build a handle with algorithm_options={{'{plan.name}': {{'{p.name}': ...}}}}")
         states = [given.get(p.name) for p in plan.states]
         lead = None
         for x, p in zip(states, plan.states):
@@ -212,8 +246,14 @@ class TorchOps:
                 if lead is not None and x.dim() == len(p.shape):
                     x = x.expand(lead, *p.shape)
             xs.append(x)
-        params = [self._defaults[(plan.name, p.name)] if given.get(p.name) is None else
-                  torch.as_tensor(given[p.name], dtype=torch.float64) for p in plan.params]
+        params = []
+        for p in plan.params:
+            if given.get(p.name) is not None:
+                params.append(torch.as_tensor(given[p.name], dtype=torch.float64))
+            elif (plan.name, p.name) in self._defaults:
+                params.append(self._defaults[(plan.name, p.name)])
+            else:
+                raise plan.errors(p).required()
         return getattr(torch.ops.grid, plan.name)(self._key, *xs, *params)
 
 
@@ -252,4 +292,6 @@ def apply(backend, plan, views, batch, params, outs):
     import torch
 
     kw = {p.name: v for p, v in zip(plan.params, params) if v is not None}
-    return ops(backend).call(plan, [v if v is None or adapters.is_torch(v) else torch.as_tensor(v) for v in views], kw)
+    kw.update({p.name: v if adapters.is_torch(v) else torch.as_tensor(v) for p, v in zip(plan.states, views)
+               if v is not None})
+    return ops(backend).call(plan, (), kw)

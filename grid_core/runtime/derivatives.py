@@ -34,8 +34,8 @@ from ..derivatives import LEVI_CIVITA, Kernels, Namespace, Rule
 from ..errors import InputError
 from ..model.robot import JointType
 
-__all__ = ["Chart", "Kernels", "Namespace", "Rule", "chart_of", "gradient_backend", "jvps",
-           "kernels_of", "registered_rules", "rule_of", "vjps"]
+__all__ = ["Chart", "Kernels", "Namespace", "Rule", "chart_of", "gradient_backend", "jvps", "call_values",
+           "kernel_arguments", "kernels_of", "outputs_of", "registered_rules", "rule_of", "vjps"]
 
 
 def registered_rules() -> dict[str, Rule]:
@@ -55,9 +55,32 @@ def rule_of(name: str) -> Rule:
 
 
 def kernels_of(backend, call: Callable, xp: Namespace) -> Kernels:
-    """The :class:`Kernels` of ``backend`` (its gradient library): ``call(name, states, gravity)``
+    """The :class:`Kernels` of ``backend`` (its gradient library): ``call(name, states, params)``
     runs one kernel on the framework's arrays."""
     return Kernels(backend.robot, call, xp, rule_of)
+
+
+def kernel_arguments(backend, name: str, states, params: dict) -> dict:
+    """The keyword arguments of a call of kernel ``name`` on ``backend`` (what a rule's
+    ``kernels(name, *states, **params)`` runs): ``states`` by its state ports' names, in their
+    order, and the values of ``params`` it has a param or option port for (those None dropped)."""
+    from ..hooks import registry
+
+    ports = registry().algorithms[name].inputs(backend.robot)
+    names = [p.name for p in ports if p.kind == "state"]
+    kw = {n: x for n, x in zip(names, states) if x is not None}
+    kw.update({p.name: params[p.name] for p in ports
+               if p.kind in ("param", "option") and params.get(p.name) is not None})
+    return kw
+
+
+def call_values(backend, plan, params) -> dict:
+    """``params`` of a call of ``plan``'s algorithm (its params' values in order, None: the
+    default) by name, with the values its option ports were generated with: a rule's ``params``."""
+    values = {p.name: v for p, v in zip(plan.params, params)}
+    for k, v in backend._values(plan.alg).items():
+        values[k] = tuple(f.name for f in v) if k == "frames" else v
+    return values
 
 
 class Chart:
@@ -82,52 +105,106 @@ class Chart:
                 self.base[b.v_index:b.v_index + b.nv, b.q_index:b.q_index + b.nq] = np.eye(b.nq)
         self.identity = not self.free and self.nq == self.nv
 
+    def _rotation(self, xp, quat):
+        """``(R, E, v, w)`` of quaternions ``quat`` (``(B, 4)``): the rotation of the normalised
+        quaternion and the class docstring's ``E``."""
+        v, w = quat[:, :3], quat[:, 3, None, None]
+        n2 = (quat * quat).sum(-1)[:, None, None]
+        eye, eps = xp.const(np.eye(3), quat), xp.const(LEVI_CIVITA, quat)
+        vx = -(eps @ v[:, None, :, None])[..., 0]  # [v]x
+        # R of the normalised quaternion: ((w^2 - v.v) I + 2 v v^T + 2 w [v]x) / |quat|^2
+        R = ((w * w - (v * v).sum(-1)[:, None, None]) * eye + 2 * v[:, :, None] * v[:, None, :] + 2 * w * vx) / n2
+        E = 2 * ((w * eye - vx) @ xp.const(np.eye(3, 4), quat) - v[:, :, None] * xp.const(np.eye(4)[3], quat)) / n2
+        return R, E, vx, w
+
+    def _picks(self, qi: int, vi: int):
+        """The free-flyer's selection matrices: of its position and quaternion among q's
+        coordinates, of its linear and angular speeds among v's."""
+        pick_p, pick_quat = np.zeros((3, self.nq)), np.zeros((4, self.nq))
+        pick_p[:, qi:qi + 3], pick_quat[:, qi + 3:qi + 7] = np.eye(3), np.eye(4)
+        at_v, at_w = np.zeros((self.nv, 3)), np.zeros((self.nv, 3))
+        at_v[vi:vi + 3], at_w[vi + 3:vi + 6] = np.eye(3), np.eye(3)
+        return pick_p, pick_quat, at_v, at_w
+
     def matrix(self, xp, q):
         """``d(tangent)/dq`` at ``q`` (``(B, nq)``): ``(B, nv, nq)``; a gradient with respect to q is
         the tangent one times it, a tangent the q tangent's product with it."""
         out = xp.const(self.base[None], q)
         for qi, vi in self.free:
-            quat = q[:, qi + 3:qi + 7]
-            v, w = quat[:, :3], quat[:, 3, None, None]
-            n2 = (quat * quat).sum(-1)[:, None, None]
-            eye, eps = xp.const(np.eye(3), q), xp.const(LEVI_CIVITA, q)
-            vx = -(eps @ v[:, None, :, None])[..., 0]  # [v]x
-            # R of the normalised quaternion: ((w^2 - v.v) I + 2 v v^T + 2 w [v]x) / |quat|^2
-            R = ((w * w - (v * v).sum(-1)[:, None, None]) * eye + 2 * v[:, :, None] * v[:, None, :] + 2 * w * vx) / n2
-            E = 2 * ((w * eye - vx) @ xp.const(np.eye(3, 4), q) - v[:, :, None] * xp.const(np.eye(4)[3], q)) / n2
-            pick_p, pick_quat = np.zeros((3, self.nq)), np.zeros((4, self.nq))
-            pick_p[:, qi:qi + 3], pick_quat[:, qi + 3:qi + 7] = np.eye(3), np.eye(4)
-            at_v, at_w = np.zeros((self.nv, 3)), np.zeros((self.nv, 3))
-            at_v[vi:vi + 3], at_w[vi + 3:vi + 6] = np.eye(3), np.eye(3)
+            R, E, _, _ = self._rotation(xp, q[:, qi + 3:qi + 7])
+            pick_p, pick_quat, at_v, at_w = self._picks(qi, vi)
             out = out + xp.const(at_v, q) @ R.swapaxes(-1, -2) @ xp.const(pick_p, q) + \
                 xp.const(at_w, q) @ E @ xp.const(pick_quat, q)
         return out
 
+    def lift(self, xp, q):
+        """``dq/d(tangent)`` at a configuration ``q`` of unit quaternions (``(B, nq)``, an output
+        such as the integrator's ``q_next``): ``(B, nq, nv)``, a right inverse of :meth:`matrix`:
+        ``q (+) dt`` moves a free-flyer's position by ``R dv`` and its quaternion by
+        ``quat (x) (dw / 2, 0)``, ``(w I + [v]x; -v^T) dw / 2``.  An output's gradient in q's
+        coordinates times it is its gradient in the tangent space at it; a tangent at it times it,
+        the coordinates' tangent."""
+        out = xp.const(self.base.T[None], q)
+        for qi, vi in self.free:
+            quat = q[:, qi + 3:qi + 7]
+            R, _, vx, w = self._rotation(xp, quat)
+            half = (w * xp.const(np.eye(4, 3), q) + xp.const(np.eye(4, 3), q) @ vx
+                    - xp.const(np.eye(4)[3][:, None], q) * quat[:, None, :3]) / 2
+            pick_p, pick_quat, at_v, at_w = self._picks(qi, vi)
+            out = out + xp.const(pick_p.T, q) @ R @ xp.const(at_v.T, q) + \
+                xp.const(pick_quat.T, q) @ half @ xp.const(at_w.T, q)
+        return out
 
-def vjps(rule: Rule, kernels: Kernels, x: dict, gravity, g, wanted: set, chart: Chart, out_ndim: int) -> dict:
-    """The gradients of ``wanted`` inputs for the output gradient ``g`` (batched, ``(B, *out)``);
-    q's through the chart."""
-    J = rule.jacobians(kernels, x, gravity, wanted)
-    grads = {k: vjp(g, v, out_ndim) for k, v in J.items() if k in wanted}
-    if "q" in grads and not chart.identity:
-        grads["q"] = (grads["q"][:, None] @ chart.matrix(kernels.xp, x["q"]))[:, 0]
-    return grads
+
+def outputs_of(rule: Rule, plan) -> tuple[tuple[int, bool], ...]:
+    """Each output of ``plan``'s algorithm as the wiring sees it: ``(its number of axes, whether
+    it is a configuration of the rule's)``."""
+    return tuple((len(p.shape), p.name in rule.configurations) for p in plan.outs)
 
 
-def jvps(rule: Rule, kernels: Kernels, x: dict, gravity, tangents: dict, chart: Chart, out_ndim: int):
-    """The output's tangent for the inputs' ``tangents`` (batched; those absent are zero), or
-    None when none is given; q's through the chart."""
+def vjps(rule: Rule, kernels: Kernels, x: dict, params: dict, grads, wanted: set, chart: Chart, outs,
+         primal=None) -> dict:
+    """The gradients of ``wanted`` inputs for the outputs' gradients ``grads`` (batched,
+    ``(B, *out)``; a tuple of them for several outputs, ``outs`` as :func:`outputs_of` gives
+    them); q's through the chart at q, a configuration output's through the chart at it
+    (``primal``: the outputs, batched, as ``grads``)."""
+    J = rule.jacobians(kernels, x, params, wanted)
+    several = len(outs) > 1
+    gs, ys = (tuple(grads), tuple(primal or (None,) * len(outs))) if several else ((grads,), (primal,))
+    gs = tuple((g[:, None] @ chart.lift(kernels.xp, y))[:, 0] if conf and not chart.identity else g
+               for g, y, (_, conf) in zip(gs, ys, outs))
+    result = {}
+    for k, v in J.items():
+        if k not in wanted:
+            continue
+        terms = [vjp(g, j, nd) for g, j, (nd, _) in zip(gs, v if several else (v,), outs)]
+        result[k] = sum(terms[1:], terms[0])
+    if "q" in result and not chart.identity:
+        result["q"] = (result["q"][:, None] @ chart.matrix(kernels.xp, x["q"]))[:, 0]
+    return result
+
+
+def jvps(rule: Rule, kernels: Kernels, x: dict, params: dict, tangents: dict, chart: Chart, outs, primal=None):
+    """The outputs' tangents (a tuple for several outputs) for the inputs' ``tangents``
+    (batched; those absent are zero), or None when none is given; q's through the chart at q, a
+    configuration output's through the chart at it (``primal``: the outputs, batched)."""
     if not tangents:
         return None
     tangents = dict(tangents)
     if "q" in tangents and not chart.identity:
         tangents["q"] = (chart.matrix(kernels.xp, x["q"]) @ tangents["q"][..., None])[..., 0]
-    J = rule.jacobians(kernels, x, gravity, set(tangents))
-    total = None
-    for k, t in tangents.items():
-        term = jvp(J[k], t, out_ndim)
-        total = term if total is None else total + term
-    return total
+    J = rule.jacobians(kernels, x, params, set(tangents))
+    several = len(outs) > 1
+    totals = []
+    for o, (nd, conf) in enumerate(outs):
+        total = None
+        for k, t in tangents.items():
+            term = jvp(J[k][o] if several else J[k], t, nd)
+            total = term if total is None else total + term
+        if conf and not chart.identity:
+            total = (chart.lift(kernels.xp, (primal if several else (primal,))[o]) @ total[..., None])[..., 0]
+        totals.append(total)
+    return tuple(totals) if several else totals[0]
 
 
 def vjp(g, J, out_ndim: int):

@@ -18,7 +18,7 @@ import functools
 
 import numpy as np
 
-from .derivatives import Namespace, chart_of, gradient_backend, jvps, kernels_of, registered_rules
+from .derivatives import Namespace, call_values, chart_of, gradient_backend, jvps, kernels_of, outputs_of, registered_rules
 
 
 @functools.cache
@@ -42,17 +42,21 @@ def differentiable(backend, plan, present, params, core, raw):
     from jax.custom_derivatives import SymbolicZero
 
     names = [p.name for p, here in zip(plan.states, present) if here]
-    gravity = np.asarray(params[:3], dtype=np.float64) if plan.params else None
-    out_ndim, q_ndim = len(plan.outs[0].shape), len(plan.states[0].shape)
+    values = call_values(backend, plan, _split(plan, params))
+    outs, q_ndim = outputs_of(rule, plan), len(plan.states[0].shape)
 
-    def kernel(gb, name, xs, g):
+    def kernel(gb, name, xs, ps):
         from ..hooks import registry
 
-        p = gb._plan(registry().algorithms[name])
+        alg = registry().algorithms[name]
+        options = {p.name: ps[p.name] for p in alg.inputs(gb.robot)
+                   if p.kind == "option" and ps.get(p.name) is not None}
+        target = gb._generated_for(alg, (), options)[2] if options else gb  # the code of those option values
+        p = target._plan(alg)
         given = tuple(x is not None for x in xs) + (False,) * (p.n_state - len(xs))
-        values = [g if g is not None and q.name == "gravity" else q.default for q in p.params]
-        flat = tuple(float(v) for a in values for v in np.ravel(a))
-        return raw(gb, p, given, flat)(*(x for x in xs if x is not None))
+        chosen = [ps[q.name] if ps.get(q.name) is not None else q.default for q in p.params]
+        flat = tuple(float(v) for a in chosen for v in np.ravel(a))
+        return raw(target, p, given, flat)(*(x for x in xs if x is not None))
 
     f = jax.custom_jvp(core)
 
@@ -60,14 +64,26 @@ def differentiable(backend, plan, present, params, core, raw):
         y = core(*primals)
         given = {n: t for n, t in zip(names, tangents) if n in rule.inputs and not isinstance(t, SymbolicZero)}
         if not given:
-            return y, jnp.zeros_like(y)
+            return y, jax.tree_util.tree_map(jnp.zeros_like, y)
         single = primals[0].ndim == q_ndim
+        dtype = jax.tree_util.tree_leaves(y)[0].dtype
         x = {n: p[None] if single else p for n, p in zip(names, primals)}
-        t = {n: (v[None] if single else v).astype(y.dtype) for n, v in given.items()}
+        t = {n: (v[None] if single else v).astype(dtype) for n, v in given.items()}
         gb = gradient_backend(backend)
-        kernels = kernels_of(gb, lambda name, xs, g: kernel(gb, name, xs, g), _namespace())
-        ty = jvps(rule, kernels, x, gravity, t, chart_of(gb), out_ndim)
-        return y, ty[0] if single else ty
+        kernels = kernels_of(gb, lambda name, xs, ps: kernel(gb, name, xs, ps), _namespace())
+        ys = jax.tree_util.tree_map(lambda a: a[None] if single else a, y)
+        ty = jvps(rule, kernels, x, values, t, chart_of(gb), outs, ys)
+        return y, jax.tree_util.tree_map(lambda a: a[0] if single else a, ty)
 
     f.defjvp(_jvp, symbolic_zeros=True)
     return f
+
+
+def _split(plan, flat) -> list:
+    """The params' flat float64 values (the FFI call's attribute) as one array per param."""
+    out, k = [], 0
+    for p in plan.params:
+        n = int(np.prod(p.shape))
+        out.append(np.asarray(flat[k:k + n], dtype=np.float64).reshape(p.shape))
+        k += n
+    return out

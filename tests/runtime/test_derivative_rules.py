@@ -13,7 +13,7 @@ from conftest import load
 from grid_core import Reference
 from grid_core.derivatives import Namespace
 from grid_core.errors import InputError
-from grid_core.runtime.derivatives import kernels_of, registered_rules, rule_of
+from grid_core.runtime.derivatives import kernel_arguments, kernels_of, registered_rules, rule_of
 
 NUMPY = Namespace(np.einsum, lambda x, k: np.repeat(x, k, axis=0), lambda a, like: np.asarray(a, dtype=like.dtype))
 EPS = 1e-6
@@ -27,9 +27,9 @@ class _Backend:
 def kernels(robot, called: list):
     ref = Reference(robot)
 
-    def call(name, states, gravity):
+    def call(name, states, params):
         called.append(name)
-        return getattr(ref, name)(*states, **({} if gravity is None else {"gravity": gravity}))
+        return getattr(ref, name)(**kernel_arguments(ref, name, states, params))
 
     return kernels_of(_Backend(robot), call, NUMPY)
 
@@ -41,7 +41,7 @@ def test_each_rule_is_the_references_central_difference(alg, rng):
     x = {"q": robot.random_configuration(rng, 1)}
     for k in rule.inputs[1:]:
         x[k] = rng.uniform(-1, 1, (1, *((robot.num_bodies, 6) if k == "f_ext" else (robot.nv,))))
-    J = rule.jacobians(kernels(robot, called), x, None, set(rule.inputs))
+    J = rule.jacobians(kernels(robot, called), x, {}, set(rule.inputs))
     assert set(called) <= set(rule.needs)  # what gradient_backend builds is what the rule calls
     f = getattr(Reference(robot), alg)
     for k in rule.inputs:
