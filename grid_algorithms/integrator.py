@@ -27,6 +27,7 @@ from __future__ import annotations
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, check_integration_method, integration_inputs
 from grid_core.arena import callee_rung, spill_ladder
+from grid_core.derivatives import Rule
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.storage import local_declaration, regions, vector
@@ -187,6 +188,25 @@ def _steps(layers, fd, a: dict, io: dict, local: bool) -> list:
             *_move(layers, io["q_next"], q, step, local)]
 
 
+def _jacobians(kernels, x, params, wanted):
+    """``d(q_next, qd_next) / d(q, qd, tau)``: the integrator gradient's six blocks (the method the
+    call's code was generated with, ``params["method"]``; ``q_next``'s rows in the tangent space at
+    it).  ``f_ext`` enters the Euler step only through ``qdd = FD(q, qd, tau - dID/df_ext f_ext)``
+    at ``q`` (inverse dynamics is affine in ``f_ext``), so its columns are the ``tau`` columns times
+    ``-dID/df_ext``, inverse dynamics' Jacobian (its rule, by name); RK4 evaluates ``qdd`` at other
+    configurations, where that Jacobian differs: no ``f_ext`` derivative for it."""
+    dq_dq, dq_dqd, dq_dtau, dqd_dq, dqd_dqd, dqd_dtau = kernels(
+        "integrator_gradient", x["q"], x["qd"], x["tau"], x.get("f_ext"), **params)
+    J = {"q": (dq_dq, dqd_dq), "qd": (dq_dqd, dqd_dqd), "tau": (dq_dtau, dqd_dtau)}
+    if "f_ext" in wanted:
+        if params.get("method") == "rk4":
+            raise NotImplementedError("integrator: no derivative with respect to f_ext for the RK4 method (its "
+                                      "stages see f_ext at other configurations); the Euler methods have one")
+        force = kernels.jacobian("inverse_dynamics", "f_ext", {"q": x["q"]})
+        J["f_ext"] = tuple(-kernels.xp.einsum("bij,bjkc->bikc", d, force) for d in (dq_dtau, dqd_dtau))
+    return J
+
+
 class Integrator(Algorithm):
     name = "integrator"
     summary = ("one time step (q_next, qd_next): semi-implicit (default) or explicit Euler, or RK4, on "
@@ -206,6 +226,10 @@ with :math:`q \oplus v` Pinocchio's ``integrate`` (:math:`M \exp_6(v)` on a free
 """
     depends_on = ("forward_dynamics",)
     emitter = IntegratorEmitter
+    derivatives = Rule(("q", "qd", "tau", "f_ext"), ("integrator_gradient", "inverse_dynamics"), _jacobians,
+                       configurations=("q_next",))
+    """The gradient is generated for the Euler methods (RK4's is the Reference's); the f_ext columns call
+    inverse dynamics' rule, whose f_ext Jacobian calls ``inverse_dynamics``."""
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: forward_dynamics' recursions (see its review)"),
         P2=done("the update is independent cells fanned across the block, one thread each: the nv "

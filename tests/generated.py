@@ -101,6 +101,37 @@ def gradient_gpu_handle():
     return RobotHandle(load("iiwa14"), gradient_algorithms(), np.float64, quiet=True)
 
 
+@functools.cache
+def integrator_handle(method: str):
+    """iiwa14's CPU handle of the integrator alone, its code generated for ``method`` (its gradient
+    library, built with the default method, on the first backward): the PyTorch and JAX tests of
+    a method's derivative."""
+    import grid_core
+
+    return grid_core.CpuHandle(load("iiwa14"), ["integrator"], quiet=True,
+                               algorithm_options={"integrator": {"method": method}})
+
+
+DIFFERENTIABLE_PARAMS = {"integrator": {"dt": 0.05}}
+"""What the tests of a differentiable call pass beyond its rule's inputs (a param without a default)."""
+
+
+def differentiable_call(obj, alg: str):
+    """``obj``'s method ``alg`` (a handle's, the Reference's, :class:`~grid_core.runtime.autograd_torch.TorchOps`')
+    as a function of its rule's inputs in their order, with :data:`DIFFERENTIABLE_PARAMS`: positionally where
+    there are none (the rule's inputs lead the signature), else by name."""
+    from grid_core.runtime.derivatives import registered_rules
+
+    names, params, method = registered_rules()[alg].inputs, DIFFERENTIABLE_PARAMS.get(alg), getattr(obj, alg)
+    if not params:
+        return method
+
+    def call(*xs):
+        return method(**dict(zip(names, xs)), **params)
+
+    return call
+
+
 def differentiable_inputs(name: str, alg: str, rng, n: int) -> dict:
     """Random float64 inputs of the differentiable call ``alg`` of robot ``name``, by name in its
     rule's order: ``q`` a configuration, the rest uniform in [-1, 1] (``f_ext`` one force per body)."""

@@ -19,7 +19,8 @@ from grid_core.errors import InputError  # noqa: E402
 from grid_core.runtime import autograd_torch  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
-from tests.generated import differentiable_inputs, gradient_gpu_handle, gradient_handle  # noqa: E402
+from tests.generated import (DIFFERENTIABLE_PARAMS, differentiable_call, differentiable_inputs,  # noqa: E402
+                             gradient_gpu_handle, gradient_handle, integrator_handle)
 
 ROBOTS = ["iiwa14", "go2", "g1"]
 RULES = registered_rules()
@@ -51,15 +52,20 @@ def test_gradcheck_against_finite_differences(name, alg, rng):
     h = cpu(name)
     assert gradient_backend(h) is h  # one library per robot: it holds its rules' kernels
     x = inputs(name, alg, rng)
-    method = getattr(h, alg)
-    out = method(*x.values())
-    assert out.grad_fn is not None and out.dtype == torch.float64
-    expected = getattr(Reference(load(name)), alg)(*(v.detach().numpy() for v in x.values()))
-    np.testing.assert_allclose(out.detach().numpy(), expected, rtol=0, atol=1e-9 * max(1.0, np.abs(expected).max()))
+    method = differentiable_call(h, alg)
+    outs = _outs(method(*x.values()))
+    assert all(o.grad_fn is not None and o.dtype == torch.float64 for o in outs)
+    expected = _outs(differentiable_call(Reference(load(name)), alg)(*(v.detach().numpy() for v in x.values())))
+    for o, e in zip(outs, expected, strict=True):
+        np.testing.assert_allclose(o.detach().numpy(), e, rtol=0, atol=1e-9 * max(1.0, np.abs(e).max()))
     # g1's minv and crba (one backward per output element, 2 x 35 x 35 of them: 60 s here in full
     # mode, which passes): the fast mode's random projections
     fast = name == "g1" and alg in ("crba", "minv")
     assert torch.autograd.gradcheck(method, tuple(x.values()), fast_mode=fast)
+
+
+def _outs(result) -> tuple:
+    return result if isinstance(result, tuple) else (result,)
 
 
 def test_free_flyer_gradient_is_the_references_finite_difference(rng):
@@ -80,6 +86,46 @@ def test_free_flyer_gradient_is_the_references_finite_difference(rng):
     # a change of the quaternion's norm moves nothing
     i = robot.quaternion_indices[0]
     assert abs(x["q"].grad[i:i + 4] @ x["q"].detach()[i:i + 4]) < 1e-9
+
+
+def test_integrator_free_flyer_gradient_is_the_references_finite_difference(rng):
+    """The gradient of go2's q_next alone (qd_next's left to autograd's zeros) with respect to q and
+    qd: q_next's rows mapped from the tangent space at it to its 19 coordinates, q's columns through
+    the chart at q, against central differences of the Reference in every coordinate of q (a
+    quaternion's included, unnormalised) and of qd."""
+    robot, h, dt = load("go2"), cpu("go2"), DIFFERENTIABLE_PARAMS["integrator"]["dt"]
+    x = {k: v[0].detach().requires_grad_() for k, v in inputs("go2", "integrator", rng).items()}
+    w = rng.normal(size=robot.nq)
+    q_next, _ = h.integrator(x["q"], x["qd"], x["tau"], dt, f_ext=x["f_ext"])
+    (q_next @ torch.tensor(w)).backward()
+    ref, a = Reference(robot), {k: v.detach().numpy() for k, v in x.items()}
+    for k in ("q", "qd"):
+        fd = np.zeros(a[k].size)
+        for i in range(a[k].size):
+            e = np.zeros(a[k].size)
+            e[i] = 1e-6
+            plus, minus = dict(a, **{k: a[k] + e}), dict(a, **{k: a[k] - e})
+            fd[i] = (ref.integrator(**plus, dt=dt)[0] - ref.integrator(**minus, dt=dt)[0]) @ w / 2e-6
+        np.testing.assert_allclose(x[k].grad.numpy(), fd, rtol=1e-6, atol=1e-6, err_msg=k)
+
+
+def test_integrator_method_fixed_at_generation(rng):
+    """A handle whose integrator is explicit Euler differentiates explicit Euler: the rule calls the
+    gradient kernel with the method the call's code was generated with (the gradient library, built
+    with the default, builds that method's code).  RK4's gradient is not generated: its backward
+    raises, in one line, instead of giving another method's gradient."""
+    x = inputs("iiwa14", "integrator", rng)
+    explicit = differentiable_call(integrator_handle("explicit_euler"), "integrator")
+    expected = Reference(load("iiwa14")).integrator(**{k: v.detach().numpy() for k, v in x.items()},
+                                                     **DIFFERENTIABLE_PARAMS["integrator"], method="explicit_euler")
+    for o, e in zip(explicit(*x.values()), expected, strict=True):
+        np.testing.assert_allclose(o.detach().numpy(), e, rtol=0, atol=1e-9 * max(1.0, np.abs(e).max()))
+    assert torch.autograd.gradcheck(explicit, tuple(x.values()))
+    rk4 = differentiable_call(integrator_handle("rk4"), "integrator")
+    q_next, qd_next = rk4(*x.values())
+    with pytest.raises(grid_core.errors.CodegenError, match=r"^integrator_gradient: method 'rk4' is not generated "
+                       r"\(.*RK4's gradient runs on the Reference\)$"):
+        (q_next.sum() + qd_next.sum()).backward()
 
 
 def test_single_state_broadcast_and_float32_inputs(rng):
@@ -157,6 +203,6 @@ def test_a_handle_of_the_forward_op_builds_its_gradient_library(rng):
 def test_gradcheck_on_cuda_tensors(alg, rng):
     h = gpu_handle()
     x = {k: v.detach().cuda().requires_grad_() for k, v in inputs("iiwa14", alg, rng).items()}
-    out = getattr(h, alg)(*x.values())
-    assert out.is_cuda and out.grad_fn is not None
-    assert torch.autograd.gradcheck(getattr(h, alg), tuple(x.values()))
+    method = differentiable_call(h, alg)
+    assert all(o.is_cuda and o.grad_fn is not None for o in _outs(method(*x.values())))
+    assert torch.autograd.gradcheck(method, tuple(x.values()))

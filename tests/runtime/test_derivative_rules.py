@@ -14,6 +14,7 @@ from grid_core import Reference
 from grid_core.derivatives import Namespace
 from grid_core.errors import InputError
 from grid_core.runtime.derivatives import kernel_arguments, kernels_of, registered_rules, rule_of
+from tests.generated import DIFFERENTIABLE_PARAMS
 
 NUMPY = Namespace(np.einsum, lambda x, k: np.repeat(x, k, axis=0), lambda a, like: np.asarray(a, dtype=like.dtype))
 EPS = 1e-6
@@ -34,17 +35,24 @@ def kernels(robot, called: list):
     return kernels_of(_Backend(robot), call, NUMPY)
 
 
-@pytest.mark.parametrize("alg", sorted(registered_rules()))
-def test_each_rule_is_the_references_central_difference(alg, rng):
+CASES = [(alg, None) for alg in sorted(registered_rules()) if alg != "integrator"] + \
+    [("integrator", m) for m in ("semi_implicit_euler", "explicit_euler", "rk4")]
+
+
+@pytest.mark.parametrize(("alg", "method"), CASES)
+def test_each_rule_is_the_references_central_difference(alg, method, rng):
+    """(The integrator's for each method: RK4's gradient is the Reference's, its f_ext column none.)"""
     robot = load("iiwa14")
     rule, called = registered_rules()[alg], []
     x = {"q": robot.random_configuration(rng, 1)}
     for k in rule.inputs[1:]:
         x[k] = rng.uniform(-1, 1, (1, *((robot.num_bodies, 6) if k == "f_ext" else (robot.nv,))))
-    J = rule.jacobians(kernels(robot, called), x, {}, set(rule.inputs))
+    params = dict(DIFFERENTIABLE_PARAMS.get(alg, {}), **({} if method is None else {"method": method}))
+    wanted = set(rule.inputs) - ({"f_ext"} if method == "rk4" else set())
+    J = rule.jacobians(kernels(robot, called), x, params, wanted)
     assert set(called) <= set(rule.needs)  # what gradient_backend builds is what the rule calls
     f = getattr(Reference(robot), alg)
-    for k in rule.inputs:
+    for k in wanted:
         a = x[k][0]
         cols = []
         for i in range(a.size):
@@ -52,12 +60,23 @@ def test_each_rule_is_the_references_central_difference(alg, rng):
             e[i] = EPS
             plus, minus = dict(x), dict(x)
             plus[k], minus[k] = (a + e.reshape(a.shape))[None], (a - e.reshape(a.shape))[None]
-            cols.append((f(*plus.values()) - f(*minus.values()))[0] / (2 * EPS))
-        fd = np.stack(cols, axis=-1).reshape(J[k].shape[1:])
-        np.testing.assert_allclose(J[k][0], fd, rtol=1e-6, atol=1e-6 * max(1.0, np.abs(fd).max()), err_msg=k)
+            # (the arm's tangent space is q's: a configuration output's rows too)
+            cols.append(np.concatenate([(p - m)[0].ravel() / (2 * EPS) for p, m in
+                                        zip(_outs(f(**plus, **params)),
+                                            _outs(f(**minus, **params)))]))
+        fd = np.stack(cols, axis=-1)
+        got = np.concatenate([j[0].reshape(-1, a.size) for j in (J[k] if isinstance(J[k], tuple) else (J[k],))])
+        np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-6 * max(1.0, np.abs(fd).max()), err_msg=k)
+    if method == "rk4":
+        with pytest.raises(NotImplementedError, match="integrator: no derivative with respect to f_ext for the RK4"):
+            rule.jacobians(kernels(robot, []), x, params, {"f_ext"})
+
+
+def _outs(result) -> tuple:
+    return result if isinstance(result, tuple) else (result,)
 
 
 def test_an_algorithm_without_a_rule():
-    assert "integrator" not in registered_rules() and "aba" in registered_rules()
-    with pytest.raises(InputError, match=r"integrator: no derivative is defined for it \(differentiable: aba, "):
-        rule_of("integrator")
+    assert "integrator_gradient" not in registered_rules() and "aba" in registered_rules()
+    with pytest.raises(InputError, match=r"integrator_gradient: no derivative is defined for it \(differentiable: "):
+        rule_of("integrator_gradient")

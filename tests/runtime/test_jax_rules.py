@@ -19,7 +19,8 @@ from conftest import load  # noqa: E402
 from grid_core import Reference  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
-from tests.generated import differentiable_inputs, gradient_gpu_handle, gradient_handle  # noqa: E402
+from tests.generated import (DIFFERENTIABLE_PARAMS, differentiable_call, differentiable_inputs,  # noqa: E402
+                             gradient_gpu_handle, gradient_handle, integrator_handle)
 
 ROBOTS = ["iiwa14", "go2", "g1"]
 RULES = registered_rules()
@@ -40,10 +41,11 @@ def inputs(name: str, alg: str, rng, n=B) -> list:
 @pytest.mark.parametrize("alg", sorted(RULES))
 @pytest.mark.parametrize("name", ROBOTS)
 def test_check_grads_forward_and_reverse(name, alg, rng):
-    method = getattr(cpu(name), alg)
+    method = differentiable_call(cpu(name), alg)
     x = inputs(name, alg, rng)
-    expected = getattr(Reference(load(name)), alg)(*map(np.asarray, x))
-    np.testing.assert_allclose(np.asarray(method(*x)), expected, rtol=0, atol=1e-9 * max(1.0, np.abs(expected).max()))
+    expected = differentiable_call(Reference(load(name)), alg)(*map(np.asarray, x))
+    for o, e in zip(jax.tree_util.tree_leaves(method(*x)), jax.tree_util.tree_leaves(expected), strict=True):
+        np.testing.assert_allclose(np.asarray(o), e, rtol=0, atol=1e-9 * max(1.0, np.abs(e).max()))
     check_grads(method, tuple(x), order=1, modes=("fwd", "rev"))
 
 
@@ -82,6 +84,21 @@ def test_jit_vmap_grad_jacfwd_jacrev_agree_with_the_reference(rng):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
 
 
+def test_integrator_method_fixed_at_generation(rng):
+    """The integrator's rule differentiates the method its code was generated with (explicit Euler
+    here: the Reference's values, check_grads), and RK4's, not generated, raises in one line."""
+    x = inputs("iiwa14", "integrator", rng)
+    explicit = differentiable_call(integrator_handle("explicit_euler"), "integrator")
+    expected = Reference(load("iiwa14")).integrator(**dict(zip(RULES["integrator"].inputs, map(np.asarray, x))),
+                                                     **DIFFERENTIABLE_PARAMS["integrator"], method="explicit_euler")
+    for o, e in zip(explicit(*x), expected, strict=True):
+        np.testing.assert_allclose(np.asarray(o), e, rtol=0, atol=1e-9 * max(1.0, np.abs(e).max()))
+    check_grads(explicit, tuple(x), order=1, modes=("fwd", "rev"))
+    rk4 = differentiable_call(integrator_handle("rk4"), "integrator")
+    with pytest.raises(grid_core.errors.CodegenError, match=r"^integrator_gradient: method 'rk4' is not generated"):
+        jax.grad(lambda *a: sum(jnp.sum(o) for o in rk4(*a)))(*x)
+
+
 def test_a_handle_of_the_forward_op_builds_its_gradient_library(rng):
     h = grid_core.CpuHandle(load("iiwa14"), ["crba"], quiet=True)
     (q,) = inputs("iiwa14", "crba", rng)
@@ -106,4 +123,4 @@ def test_check_grads_on_the_gpu(alg, rng):
         pytest.skip("no JAX GPU device")
     h = gpu_handle()
     x = [jax.device_put(a, gpu) for a in inputs("iiwa14", alg, rng)]
-    check_grads(getattr(h, alg), tuple(x), order=1, modes=("fwd", "rev"))
+    check_grads(differentiable_call(h, alg), tuple(x), order=1, modes=("fwd", "rev"))
