@@ -161,7 +161,9 @@ class TorchHost(HostArrays):
         import torch
 
         want = torch.float32 if plan.dtype == np.float32 else torch.float64
-        arrays = [v.detach().to(want).numpy() if is_torch(v) else v for v in views]
+        # a tensor of the handle's dtype that requires no grad is viewed as it is (detach and to cost a µs each)
+        arrays = [(v.numpy() if v.dtype is want and not v.requires_grad else v.detach().to(want).numpy())
+                  if is_torch(v) else v for v in views]
         result = run_host(backend, plan, arrays, batch, params, None if outs is None else
                           [o.detach().numpy() for o in outs])
         return tuple(map(torch.from_numpy, result)) if isinstance(result, tuple) else torch.from_numpy(result)
@@ -370,7 +372,7 @@ def _device_lean(backend, plan, args, out, n: int, protocol: int, array_type, dt
             return DECLINED
         head = plan.fast_head[:4] if host else plan.fast_device_head
         err = plan.fastcall.device(*head, protocol, array_type, dtype, dev, stream, n, outs, plan.out_shapes, args,
-                                   plan.state_shapes, plan.required)
+                                   plan.state_shapes, plan.required, out is None)  # (outputs made here: trusted)
         if err is None:
             return DECLINED
     else:
@@ -412,6 +414,12 @@ def torch_lean(backend, plan, args, out):
         return DECLINED
     dev = x0.get_device()  # -1: host memory
     if dev < 0:
+        fc = plan.fastcall
+        if fc is not None and out is None:  # the common call, straight to the C form (_device_lean's first branch)
+            outs = tuple([host_output((n, *s) if n >= 0 else s) for s in plan.out_shapes])
+            err = fc.device(*plan.fast_host_head, _TORCH, tensor, tdtype, -1, None, n, outs, plan.out_shapes, args,
+                            plan.state_shapes, plan.required, True)
+            return DECLINED if err is None else _lean_result(backend, plan, err, outs)
         return _device_lean(backend, plan, args, out, n, _TORCH, tensor, tdtype, dev, host_output, None, _torch_fits,
                             tensor.data_ptr)
     if not backend.accepts_device_arrays:

@@ -151,7 +151,12 @@ class AbiBackend(LaunchSettings):
         from ..algorithm import check_choice
         from ..model.frames import resolve_frames
 
-        ports = {p.name: (i, p) for i, p in enumerate(alg.inputs(self.robot)) if p.kind == "option"}
+        known = self.__dict__.setdefault("_option_ports", {})  # (alg.inputs builds its ports: tens of µs)
+        ports = known.get(alg.name)
+        if ports is None:
+            ports = known[alg.name] = {p.name: (i, p) for i, p in enumerate(self._ports(alg)[0]) if p.kind == "option"}
+        if not kwargs and all(i >= len(args) for i, _ in ports.values()):
+            return args, kwargs, self  # no option given: this build's values
         at = {i for i, _ in ports.values()}
         given = {name: args[i] for name, (i, _) in ports.items() if i < len(args)}
         # the others stay at their positions (an option before them given as None), the trailing options dropped
@@ -276,15 +281,17 @@ class AbiBackend(LaunchSettings):
 
         def run(args, out, kwargs):
             if args and not kwargs:
-                plan = self._plan(alg)
+                plan, lean_args = self._plan(alg), args
+                if not plan.ok:  # params without a default (dt), given positionally: a view at their values
+                    plan, lean_args = plan.bound(args) or (plan, args)
                 if plan.ok:
-                    t = type(args[0])
+                    t = type(lean_args[0])
                     try:
                         lean = plan.paths[t]
                     except KeyError:
                         lean = plan.paths[t] = lean_path_for(self, t)
                     if lean is not None:
-                        result = lean(self, plan, args, out)
+                        result = lean(self, plan, lean_args, out)
                         if result is not DECLINED:
                             return result
             return self._call(alg, args, kwargs, out)

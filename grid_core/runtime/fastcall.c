@@ -16,11 +16,12 @@
  * shape, layout, or read-only output): the caller then takes its checked path.
  *
  * device(entry, template, nwords, n_index, protocol, type, dtype, device, stream, n, outs,
- *        out_shapes, ins, in_shapes, required) -> int | None
+ *        out_shapes, ins, in_shapes, required[, made]) -> int | None
  *   The same for arrays read by attribute, calling the packed device entry (asynchronous on
  *   `stream`) or, with `stream` None, the packed entry as its template has it (PyTorch tensors
  *   in host memory, `device` -1, through the host entry): every array must be exactly of `type`,
- *   of `dtype`, on `device`, C-contiguous, (n, *shape) (n -1: (*shape)).
+ *   of `dtype`, on `device`, C-contiguous, (n, *shape) (n -1: (*shape)).  With `made` true the
+ *   outputs were just made by the caller so (not a user's out=): only their addresses are read.
  *   protocol 0 (PyTorch): x.dtype is dtype, x.get_device(), x.is_contiguous(), x.data_ptr(), and
  *   not x.requires_grad (a tensor that does: the checked path, which differentiates the call);
  *   protocol 1 (CuPy): x.dtype == dtype, x.device.id, x.flags.c_contiguous, x.data.ptr.
@@ -228,10 +229,24 @@ done:
     return address;
 }
 
+/* The address of an array the caller made of the right kind (device()'s `made`), or 0. */
+static uintptr_t made_address(PyObject *x, int protocol) {
+    PyObject *ptr = protocol == PROTOCOL_TORCH ? PyObject_CallMethodNoArgs(x, s_data_ptr) : attr2(x, s_data, s_ptr);
+    uintptr_t address = ptr != NULL && PyLong_Check(ptr) ? (uintptr_t)PyLong_AsUnsignedLongLong(ptr) : 0;
+    Py_XDECREF(ptr);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        address = 0;
+    }
+    return address;
+}
+
 static PyObject *device(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     Call c;
-    if (!parse_call("device", args, nargs, 15, 9, 5, &c)) return NULL;
+    Py_ssize_t has_made = nargs == 16;
+    if (!parse_call("device", args, nargs - has_made, 15, 9, 5, &c)) return NULL;
+    int made = has_made && PyObject_IsTrue(args[15]) == 1;
     long protocol = PyLong_AsLong(args[4]);
     PyObject *type = args[5], *dtype = args[6];
     long dev = PyLong_AsLong(args[7]);
@@ -251,8 +266,9 @@ static PyObject *device(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         c.words[c.n_out + i] = (uint64_t)a;
     }
     for (Py_ssize_t j = 0; fits && j < c.n_out; ++j) {
-        uintptr_t a = device_address(PyTuple_GET_ITEM(c.outs, j), (int)protocol, type, dtype, dev, c.n,
-                                     PyTuple_GET_ITEM(c.out_shapes, j));
+        PyObject *o = PyTuple_GET_ITEM(c.outs, j);
+        uintptr_t a = made ? made_address(o, (int)protocol)
+                           : device_address(o, (int)protocol, type, dtype, dev, c.n, PyTuple_GET_ITEM(c.out_shapes, j));
         fits = a != 0;
         c.words[j] = (uint64_t)a;
     }

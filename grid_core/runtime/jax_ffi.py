@@ -241,7 +241,7 @@ def lean(backend, plan, args, out):
         _check_mode(backend, plan)
         register()
         present = tuple(k < len(args) for k in range(plan.n_state))
-        fn = plan.jax[len(args)] = _function(backend, plan, present, _param_values(plan, (None,) * len(plan.params)))
+        fn = plan.jax[len(args)] = _function(backend, plan, present, _param_values(plan, plan.param_values))
     if not backend.accepts_device_arrays and plan.values_code((*args, *(None,) * (plan.n_state - len(args)))) != 0:
         return DECLINED  # a value to name, or arrays not in host memory (a GPU's, traced ones)
     try:

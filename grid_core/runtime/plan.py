@@ -22,7 +22,9 @@ path then takes the call.
 
 from __future__ import annotations
 
+import copy
 import ctypes
+import math
 import threading
 
 import numpy as np
@@ -32,6 +34,11 @@ from ..errors import InputError
 from ..model.robot import QUATERNION_TOLERANCE
 from ..reference import PortErrors, bind_arguments, check_quaternions, is_configuration
 from . import adapters, jax_ffi
+
+
+_NUMPY_SCALARS = (np.float64, np.float32, np.int64, np.int32)
+_BOUND_VIEWS = 16
+"""How many sets of param values a plan keeps a view of (:meth:`CallPlan.bound`)."""
 
 
 class CallPlan:
@@ -57,34 +64,84 @@ class CallPlan:
                             tuple(self.robot.quaternion_indices), lo, hi)  # fastcall.values's
         self.defaults = tuple(None if p.default is None else np.ascontiguousarray(p.default, dtype=self.dtype)
                               for p in self.params)
-        # the lean paths take params at their defaults only
+        # the lean paths take params at their defaults only (or at the values of a view, :meth:`bound`)
         self.ok = bool(self.states) and all(d is not None for d in self.defaults)
+        self.param_values = (None,) * len(self.params)  # float64 values (None: the default), the JAX path's
         k = self.i_n = self.n_out + self.n_state + len(self.params)
-        layout, tier, threads, blocks, transfer = backend._settings_of(alg.name)
+        self._settings = backend._settings_of(alg.name)
+        lib, stem = backend._lib(), f"grid_abi_{alg.name}_{backend._suffix()}"
+        self.host_fn = getattr(lib, f"{stem}{backend.host_form}_packed")  # no argtypes: an array passes as its address
+        self.device_fn = getattr(lib, f"{stem}_packed")
+        # the C form of the lean paths (grid_core.runtime.fastcall), when it could be built
+        from . import fastcall
+
+        # (its fixed-size word and array tables: an algorithm with more ports takes the Python form)
+        fits = k + len(PACKED_TAIL) <= fastcall.MAX_WORDS and self.n_out + self.n_state <= fastcall.MAX_ARRAYS
+        self.fastcall = fastcall.module() if fits else None
+        self._prefill()
+        self.torch = None  # (Tensor type, dtype, current raw stream, host output), on the first tensor
+        self.cupy = None  # (ndarray type, current stream, current device, empty), on the first CuPy array
+        self.jax: dict = {}  # inputs given -> the jitted FFI call, params at :attr:`param_values` (runtime.jax_ffi)
+        self.paths: dict = {}  # argument type -> its lean path (or None: the checked path)
+        # the leading inputs a lean call may give positionally with its params of no default (the integrator's
+        # q, qd, tau, dt): states and scalar params only, up to the last param without a default; else None
+        last = max((i for i, p in enumerate(ins) if p.kind == "param" and p.default is None), default=None)
+        lead = ins[:last + 1] if last is not None else ()
+        self._lead = lead if lead and all(p.kind == "state" or p.kind == "param" and p.shape == () for p in lead) \
+            else None
+        self._bound: dict = {}  # param values -> the view of them (bound)
+
+    def _prefill(self) -> None:
+        """The entries' prefilled argument words (the params' at :attr:`defaults`), per-thread
+        words and the C form's heads."""
+        k = self.i_n
+        layout, tier, threads, blocks, transfer = self._settings
         words = [0] * (k + len(PACKED_TAIL))
         words[self.n_out + self.n_state:k] = [0 if d is None else d.ctypes.data for d in self.defaults]
         words[k + 1:k + 5] = [layout, tier, threads, blocks]
         self._type = ctypes.c_uint64 * len(words)
         # each entry's prefilled words; read by the C form and copied per thread, never written
         self._templates = {"host": self._type(*words[:-1], transfer), "device": self._type(*words)}
-        lib, stem = backend._lib(), f"grid_abi_{alg.name}_{backend._suffix()}"
-        self.host_fn = getattr(lib, f"{stem}{backend.host_form}_packed")  # no argtypes: an array passes as its address
-        self.device_fn = getattr(lib, f"{stem}_packed")
         self.local = threading.local()
-        # the C form of the lean paths (grid_core.runtime.fastcall), when it could be built
-        from . import fastcall
-
-        # (its fixed-size word and array tables: an algorithm with more ports takes the Python form)
-        fits = len(words) <= fastcall.MAX_WORDS and self.n_out + self.n_state <= fastcall.MAX_ARRAYS
-        self.fastcall = fastcall.module() if fits else None
         self.fast_head = (ctypes.cast(self.host_fn, ctypes.c_void_p).value, ctypes.addressof(self._templates["host"]),
                           len(words), k, self.dtype.itemsize, self.dtype.char)
+        self.fast_host_head = self.fast_head[:4]  # the host entry's head for the device form (PyTorch in host memory)
         self.fast_device_head = (ctypes.cast(self.device_fn, ctypes.c_void_p).value,
                                  ctypes.addressof(self._templates["device"]), len(words), k)
-        self.torch = None  # (Tensor type, dtype, current raw stream, host output), on the first tensor
-        self.cupy = None  # (ndarray type, current stream, current device, empty), on the first CuPy array
-        self.jax: dict = {}  # inputs given -> the jitted FFI call, params at their defaults (runtime.jax_ffi)
-        self.paths: dict = {}  # argument type -> its lean path (or None: the checked path)
+
+    def bound(self, args):
+        """``(view, states)`` for a lean call whose arguments ``args`` are the leading inputs up to
+        its last param without a default (the integrator's ``(q, qd, tau, dt)``), those params
+        finite Python or numpy numbers: the view is this plan with them as its params' values (made
+        once per set of values, a few kept), ``states`` the other arguments; None for any other
+        call (the checked path takes it, and names what is wrong)."""
+        lead = self._lead
+        if lead is None or len(args) != len(lead):
+            return None
+        states, values = [], []
+        for a, p in zip(args, lead):
+            if p.kind == "state":
+                states.append(a)
+            elif type(a) in (float, int) or type(a) in _NUMPY_SCALARS:
+                values.append(float(a))
+            else:
+                return None
+        key = tuple(values)
+        view = self._bound.get(key)
+        if view is None:
+            if not all(map(math.isfinite, key)):
+                return None
+            if len(self._bound) >= _BOUND_VIEWS:
+                self._bound.pop(next(iter(self._bound)))
+            given = dict(zip((p.name for p in lead if p.kind == "param"), key))
+            view = copy.copy(self)
+            view.defaults = tuple(np.full((), given[p.name], self.dtype) if p.name in given else d
+                                  for p, d in zip(self.params, self.defaults))
+            view.param_values = tuple(given.get(p.name) for p in self.params)
+            view.ok, view.jax, view._lead, view._bound = True, {}, None, {}
+            view._prefill()
+            self._bound[key] = view
+        return view, tuple(states)
 
     # -- the checks ---------------------------------------------------------------------------
 

@@ -282,3 +282,30 @@ def test_the_runtime_modules_import_one_way():
     circles = sorted(name for name in graph if reaches(name, name))
     assert circles == [], f"modules on an import circle: {circles}"
     assert {"plan", "settings"} <= graph["backend"] and "backend" not in graph["jax_ffi"] | graph["plan"]
+
+
+@pytest.mark.parametrize("adapter", list(ADAPTERS))
+def test_a_param_without_a_default_given_positionally_takes_the_lean_path(go2, rng, adapter, general_calls):
+    """The integrator's dt (no default) given positionally after the states: the lean path, on a
+    view of the plan at that value (one per value, kept), the Reference's answer and the kind that
+    went in; dt by keyword, or not finite (named as ever), the checked path."""
+    from tests.generated import gradient_handle
+
+    h = gradient_handle("go2")  # (the tests' shared handle of go2, the integrator among its calls)
+    x = dict(zip(("q", "qd", "tau"), random_state(go2, rng, N)))
+    like, ref = ADAPTERS[adapter], Reference(go2)
+    kind = {"numpy": np.ndarray, "torch": torch.Tensor, "jax": jax.Array}[adapter]
+    args = [like(v) for v in x.values()]
+    calls = general_calls(h)
+    for dt in (0.01, 0.02, 0.01):
+        for out, want in zip(h.integrator(*args, dt), ref.integrator(**x, dt=dt), strict=True):
+            assert isinstance(out, kind)
+            assert_close(np.asarray(out), want, 1e-9)
+    assert calls == [], "the lean path declined a positional dt"
+    plan = h._plan(grid_core.registry().algorithm("integrator"))
+    assert not plan.ok and set(plan._bound) == {(0.01,), (0.02,)}
+    for out, want in zip(h.integrator(*args, dt=0.02), ref.integrator(**x, dt=0.02), strict=True):
+        assert_close(np.asarray(out), want, 1e-9)
+    assert calls == [1]
+    with pytest.raises(InputError, match="^integrator: argument 'dt' must be finite with shape \\(\\)$"):
+        h.integrator(*args, float("nan"))
