@@ -12,7 +12,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import spill_ladder
-from grid_core.derivatives import ZERO_GRAVITY, Rule
+from grid_core.derivatives import ZERO_GRAVITY, Rule, SecondRule
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
@@ -270,6 +270,20 @@ def _jacobians(kernels, x, params, wanted):
     return J
 
 
+def _hessians(kernels, x, params, wanted):
+    """The derivatives of the Jacobians in ``q``, ``qd``, ``qdd``: idsva_so's four tensors.
+    ``d(dtau/dq)/d(q, qd, qdd)`` is ``d2tau_dq2``, ``d2tau_dqdqd`` and ``dM_dq[i, k, j]`` (``tau = M qdd
+    + ...``); ``d(dtau/dqd)/dq`` is ``d2tau_dqdqd[i, k, j]`` (the derivatives along q and along qd
+    commute: qd is a vector space), ``/dqd`` ``d2tau_dqd2``; ``dM/dq`` is ``dM_dq``; ``dtau/dqd`` and
+    ``M`` do not depend on ``qdd``, nor ``M`` on ``qd``."""
+    d2q, d2qd, d2qqd, dM = kernels("idsva_so", x["q"], x["qd"], x["qdd"], x.get("f_ext"), **params)
+    swap = kernels.xp.einsum
+    H = {"q": {"q": d2q, "qd": d2qqd, "qdd": swap("bikj->bijk", dM)},
+         "qd": {"q": swap("bikj->bijk", d2qqd), "qd": d2qd},
+         "qdd": {"q": dM}}
+    return {a: {b: h for b, h in hs.items() if b in wanted} for a, hs in H.items()}
+
+
 class InverseDynamics(Algorithm):
     name = "inverse_dynamics"
     summary = "joint forces tau = ID(q, qd, qdd, f_ext) by the recursive Newton-Euler algorithm"
@@ -302,7 +316,8 @@ leaves to root: :math:`\tau_i = S_i^T f_i`, :math:`f_{\lambda(i)} \mathrel{+}= X
     )
     emitter = InverseDynamicsEmitter
     derivatives = Rule(("q", "qd", "qdd", "f_ext"), ("inverse_dynamics_gradient", "crba", "inverse_dynamics"),
-                       _jacobians)
+                       _jacobians, second=SecondRule(("q", "qd", "qdd"), ("idsva_so",), _hessians))
+    """Second derivatives (a double backward) in q, qd and qdd from idsva_so, built on the first one."""
 
     def inputs(self, robot: Robot):
         return dynamics_inputs(robot, "qdd")

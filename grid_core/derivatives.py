@@ -47,6 +47,22 @@ def _names(_, attribute, value) -> None:
 
 
 @attrs.frozen
+class SecondRule:
+    """An algorithm's second derivatives, for a double backward: the derivatives of its rule's
+    Jacobians.  ``inputs``: those it differentiates (a subset of the rule's; a Jacobian of another
+    input, or a derivative with respect to one, is not defined).  ``needs``: the generated kernels it
+    calls (a library of its own, built on the first double backward).
+    ``hessians(kernels, x, params, wanted)``: ``{a: {b: H}}`` for the inputs ``a`` and ``b`` of
+    ``inputs`` (``b`` in the set ``wanted``; an absent pair is zero), ``H[batch, *out, *in_a, *in_b]`` the
+    derivative of the Jacobian in ``a`` with respect to ``b``, both in the tangent space for q (the
+    first derivative along q of the tangent Jacobian)."""
+
+    inputs: tuple[str, ...] = attrs.field(validator=_names)
+    needs: tuple[str, ...] = attrs.field(validator=_names)
+    hessians: Callable = attrs.field(validator=attrs.validators.is_callable())
+
+
+@attrs.frozen
 class Rule:
     """An algorithm's first derivatives.
 
@@ -59,12 +75,14 @@ class Rule:
     the call's other values by name (its params, None or absent: the kernels' default; its option
     ports' generated values); through ``kernels`` (:class:`Kernels`) only.
     ``configurations``: the outputs that are configurations (their Jacobians' rows in the tangent
-    space at them)."""
+    space at them).  ``second``: its second derivatives (:class:`SecondRule`), or None (a double
+    backward raises)."""
 
     inputs: tuple[str, ...] = attrs.field(validator=_names)
     needs: tuple[str, ...] = attrs.field(validator=_names)
     jacobians: Callable = attrs.field(validator=attrs.validators.is_callable())
     configurations: tuple[str, ...] = attrs.field(default=(), validator=_names)
+    second: SecondRule | None = attrs.field(default=None)
 
 
 @attrs.frozen

@@ -5,8 +5,13 @@ eagerly and under ``torch.compile``.
 The backward of ``grid::<algorithm>`` is the operator ``grid::<algorithm>_vjp``: the output's
 gradient times the Jacobians of :mod:`~grid_core.runtime.derivatives` (the generated gradient
 kernels, through the handle's gradient library:
-:func:`~grid_core.runtime.derivatives.gradient_backend`), itself not differentiable (no
-second-order kernel yet: double backward raises).  A handle's methods take this road when a
+:func:`~grid_core.runtime.derivatives.gradient_backend`), itself not differentiable.  Where the
+rule declares second derivatives (:class:`~grid_core.derivatives.SecondRule`: inverse dynamics in
+q, qd and qdd) and the backward runs under ``create_graph``, the gradient is formed instead by
+PyTorch operations on the Jacobians of the operator ``grid::<algorithm>_jac``, whose backward
+``grid::<algorithm>_jac_vjp`` contracts their gradients with the second derivatives (kernels of
+:func:`~grid_core.runtime.derivatives.second_order_backend`, built on the first double
+backward); elsewhere a double backward raises.  A handle's methods take this road when a
 tensor given to them requires grad (under grad mode); :class:`TorchOps` calls the operators
 directly, which is what ``torch.compile(fullgraph=True)`` traces.
 """
@@ -23,7 +28,7 @@ import numpy as np
 from ..errors import InputError
 from . import adapters
 from .derivatives import (Namespace, call_values, chart_of, gradient_backend, kernel_arguments, kernels_of, outputs_of,
-                          registered_rules, rule_of, vjps)
+                          registered_rules, rule_of, second_order_backend, second_vjps, vjp, vjps)
 
 _HANDLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 """handle key (the operators' first argument) -> backend"""
@@ -152,8 +157,16 @@ def define(plan) -> str:
             if refused:
                 raise InputError(f"{name}: no derivative with respect to '{refused[0]}' (differentiable: "
                                  f"{', '.join(rule.inputs)}); detach it")
-            found = getattr(torch.ops.grid, f"{name}_vjp")(ctx.handle, list(grads), list(outs), *states, *params,
-                                                         wanted)
+            second = rule.second
+            names = [p.name for p in plan.states]
+            if second is not None and torch.is_grad_enabled() and \
+                    all(n in second.inputs for n, w in zip(names, wanted) if w):
+                # create_graph: the gradient formed by differentiable operations on the Jacobians (an
+                # operator whose own backward is the second derivatives) and, for q, on the chart
+                found = _differentiable_vjp(ctx.handle, plan, outs_of[0][0], grads[0], states, params, wanted)
+            else:
+                found = getattr(torch.ops.grid, f"{name}_vjp")(ctx.handle, list(grads), list(outs), *states,
+                                                             *params, wanted)
             return (None, *(gr if w else None for gr, w in zip(found, wanted)), *(None for _ in params))
 
         torch.library.define(qualname, _schema(plan, False))
@@ -163,7 +176,10 @@ def define(plan) -> str:
         torch.library.impl(f"{qualname}_vjp", ("cpu", "cuda"), backward_op)
         torch.library.register_fake(f"{qualname}_vjp", backward_fake)
         torch.library.register_autograd(qualname, backward, setup_context=setup_context)
-        torch.library.register_autograd(f"{qualname}_vjp", _no_second_order(name), setup_context=_keep_nothing)
+        torch.library.register_autograd(f"{qualname}_vjp", _no_second_order(name, rule.second),
+                                        setup_context=_keep_nothing)
+        if rule.second is not None:
+            _define_jacobians(plan, rule)
         _DEFINED.add(name)
     return qualname
 
@@ -172,10 +188,129 @@ def _keep_nothing(ctx, inputs, output):
     pass
 
 
-def _no_second_order(name: str):
+def _batched_inputs(plan, states):
+    """``(x, single)``: the present state inputs by name with a batch axis (detached), and whether
+    they came as one state."""
+    single = states[0].dim() == len(plan.states[0].shape)
+    return {p.name: (s[None] if single else s).detach() for p, s in zip(plan.states, states) if s is not None}, single
+
+
+def _define_jacobians(plan, rule) -> None:
+    """``grid::<algorithm>_jac``: the rule's tangent Jacobians of the wanted inputs (batched), whose
+    backward ``grid::<algorithm>_jac_vjp`` contracts their gradients with the second derivatives
+    (:class:`~grid_core.derivatives.SecondRule`, kernels of :func:`second_order_backend`, built on the
+    first call); itself not differentiable (no third derivative)."""
+    import torch
+
+    name, qualname = plan.name, f"grid::{plan.name}"
+    out_shape = plan.outs[0].shape
+    states_schema = ", ".join(f"Tensor{'?' if p.optional else ''} {p.name}" for p in plan.states)
+    params_schema = "".join(f", Tensor {p.name}" for p in plan.params)
+
+    def shape_of(p):
+        return (plan.robot.num_bodies, 6) if p.name == "f_ext" else (plan.robot.nv,)  # tangent shapes
+
+    def jac(handle, *args):
+        backend = _HANDLES[handle]
+        gb = gradient_backend(backend)
+        states, params = _split(plan, args)
+        x, _ = _batched_inputs(plan, states)
+        wanted = {p.name for p, w, s in zip(plan.states, args[-1], states) if w and s is not None}
+        kernels = kernels_of(gb, lambda alg, xs, ps: _kernel(gb, alg, xs, ps), _namespace())
+        values = call_values(backend, backend._plan(_algorithm(name)), _host(params))
+        with torch.no_grad():
+            J = rule.jacobians(kernels, x, values, wanted)
+        return [J[p.name].to(x["q"].dtype).contiguous() if p.name in wanted else x["q"].new_empty(0)
+                for p in plan.states]
+
+    def jac_fake(handle, *args):
+        states, _ = _split(plan, args)
+        q = states[0]
+        b = 1 if q.dim() == len(plan.states[0].shape) else q.shape[0]
+        return [q.new_empty((b, *out_shape, *shape_of(p))) if w and s is not None else q.new_empty(0)
+                for p, s, w in zip(plan.states, states, args[-1])]
+
+    def jac_vjp(handle, grads, *args):
+        backend = _HANDLES[handle]
+        sb = second_order_backend(backend)
+        states, params = _split(plan, args)
+        x, single = _batched_inputs(plan, states)
+        wanted = {p.name for p, w, s in zip(plan.states, args[-1], states) if w and s is not None}
+        g = {p.name: gr for p, gr in zip(plan.states, grads) if gr.numel() and p.name in rule.second.inputs}
+        kernels = kernels_of(sb, lambda alg, xs, ps: _kernel(sb, alg, xs, ps), _namespace())
+        values = call_values(backend, backend._plan(_algorithm(name)), _host(params))
+        with torch.no_grad():
+            found = second_vjps(rule, kernels, x, values, g, wanted, chart_of(backend))
+        return [s.new_zeros(s.shape) if p.name in wanted and p.name not in found else
+                (found[p.name][0] if single else found[p.name]).to(s.dtype) if p.name in found else
+                grads[0].new_empty(0) for p, s in zip(plan.states, states)]
+
+    def jac_vjp_fake(handle, grads, *args):
+        states, _ = _split(plan, args)
+        return [s.new_empty(s.shape) if s is not None and w else grads[0].new_empty(0)
+                for s, w in zip(states, args[-1])]
+
+    def setup_context(ctx, inputs, output):
+        ctx.handle, ctx.args = inputs[0], inputs[1:]
+        ctx.save_for_backward(*(x for x in inputs[1:1 + plan.n_state] if x is not None))
+
+    def backward(ctx, grads):  # (one list: the gradients of the Jacobians)
+        saved = iter(ctx.saved_tensors)
+        states = [None if x is None else next(saved) for x in ctx.args[:plan.n_state]]
+        params = list(ctx.args[plan.n_state:plan.n_state + len(plan.params)])
+        needs = ctx.needs_input_grad[1:1 + plan.n_state]
+        wanted = [bool(w) and s is not None for w, s in zip(needs, states)]
+        outside = [p.name for p, w in zip(plan.states, wanted) if w and p.name not in rule.second.inputs]
+        if outside:
+            raise NotImplementedError(f"{name}: no second derivative with respect to '{outside[0]}' (second "
+                                      f"derivatives in: {', '.join(rule.second.inputs)}); detach it")
+        grads = [states[0].new_empty(0) if g is None else g for g in grads]  # (the Jacobians not formed)
+        found = getattr(torch.ops.grid, f"{name}_jac_vjp")(ctx.handle, grads, *states, *params, wanted)
+        return (None, *(gr if w else None for gr, w in zip(found, wanted)), *(None for _ in params), None)
+
+    torch.library.define(f"{qualname}_jac", f"(int handle, {states_schema}{params_schema}, bool[] wanted) -> Tensor[]")
+    torch.library.impl(f"{qualname}_jac", ("cpu", "cuda"), jac)
+    torch.library.register_fake(f"{qualname}_jac", jac_fake)
+    torch.library.define(f"{qualname}_jac_vjp",
+                         f"(int handle, Tensor[] grads, {states_schema}{params_schema}, bool[] wanted) -> Tensor[]")
+    torch.library.impl(f"{qualname}_jac_vjp", ("cpu", "cuda"), jac_vjp)
+    torch.library.register_fake(f"{qualname}_jac_vjp", jac_vjp_fake)
+    torch.library.register_autograd(f"{qualname}_jac", backward, setup_context=setup_context)
+    torch.library.register_autograd(f"{qualname}_jac_vjp", _no_second_order(f"{name}'s Jacobian", third=True),
+                                    setup_context=_keep_nothing)
+
+
+def _differentiable_vjp(handle, plan, out_ndim: int, grad, states, params, wanted) -> list:
+    """The gradients of the wanted inputs as differentiable operations: the output's gradient
+    times the Jacobians of ``grid::<algorithm>_jac`` (whose backward is the second derivatives),
+    q's times the chart at q, formed with PyTorch operations (differentiated by PyTorch)."""
+    import torch
+
+    backend = _HANDLES[handle]
+    J = getattr(torch.ops.grid, f"{plan.name}_jac")(handle, *states, *params, wanted)
+    single = states[0].dim() == len(plan.states[0].shape)
+    q = states[0][None] if single else states[0]
+    g = (grad[None] if single else grad).to(q.dtype)
+    chart, out = chart_of(backend), []
+    for p, s, w, j in zip(plan.states, states, wanted, J):
+        if not w:
+            out.append(grad.new_empty(0))
+            continue
+        r = vjp(g, j, out_ndim)
+        if p.name == "q" and not chart.identity:
+            r = (r[:, None] @ chart.matrix(_namespace(), q))[:, 0]
+        out.append((r[0] if single else r).to(s.dtype))
+    return out
+
+
+def _no_second_order(name: str, second=None, third: bool = False):
     def backward(ctx, *grads):
-        raise NotImplementedError(f"{name}: no second derivative yet (double backward needs the second-order "
-                                  "kernels, not generated yet); differentiate once, or use finite differences")
+        if third:
+            raise NotImplementedError(f"{name}: no third derivative")
+        where = f"in {', '.join(second.inputs)} alone" if second is not None else "none declared"
+        raise NotImplementedError(f"{name}: no second derivative of this gradient (its second derivatives: {where}; "
+                                  "a double backward needs every input differentiated among them); differentiate "
+                                  "once, or use finite differences")
 
     return backward
 

@@ -35,7 +35,8 @@ from ..errors import InputError
 from ..model.robot import JointType
 
 __all__ = ["Chart", "Kernels", "Namespace", "Rule", "chart_of", "gradient_backend", "jvps", "call_values",
-           "kernel_arguments", "kernels_of", "outputs_of", "registered_rules", "rule_of", "vjps"]
+           "kernel_arguments", "kernels_of", "outputs_of", "registered_rules", "rule_of", "second_order_backend",
+           "second_vjps", "vjps"]
 
 
 def registered_rules() -> dict[str, Rule]:
@@ -248,3 +249,41 @@ def gradient_backend(backend):
         gb._build()
     backend.__dict__["_gradient_backend"] = gb
     return gb
+
+
+def second_vjps(rule: Rule, kernels: Kernels, x: dict, params: dict, grads: dict, wanted: set, chart: Chart) -> dict:
+    """The gradients of ``wanted`` inputs (of ``rule.second.inputs``) for the gradients ``grads`` of
+    the rule's tangent Jacobians (``{input: (B, *out, *in)}``, those absent zero): the Jacobians'
+    derivatives (:class:`~grid_core.derivatives.SecondRule`) contracted with them, q's through the
+    chart at q."""
+    H = rule.second.hessians(kernels, x, params, wanted)
+    result = {}
+    for a, g in grads.items():
+        for b, h in H.get(a, {}).items():
+            if b in wanted:
+                term = vjp(g, h, g.ndim - 1)
+                result[b] = term if b not in result else result[b] + term
+    if "q" in result and not chart.identity:
+        result["q"] = (result["q"][:, None] @ chart.matrix(kernels.xp, x["q"]))[:, 0]
+    return result
+
+
+def second_order_backend(backend):
+    """The build of ``backend``'s robot holding the kernels of its rules' second derivatives
+    (:attr:`~grid_core.derivatives.SecondRule.needs`, idsva_so for inverse dynamics) and nothing
+    else, built once, on the first double backward, and kept on ``backend``: a handle's own library
+    and its gradient library never hold them (idsva_so's straight-line code is too large to compile
+    for a humanoid)."""
+    sb = backend.__dict__.get("_second_order_backend")
+    if sb is None:
+        from ..hooks import registry
+
+        rules = registered_rules()
+        needs = {n for a in backend._emitted() if a in rules and rules[a].second is not None
+                 for n in rules[a].second.needs}
+        sb = backend._copy("_port_cache", "_frame_builds", "_jax_functions", "_gradient_backend", "_torch_key",
+                           "_second_order_backend")
+        sb.algorithms = [a for a in registry().algorithms if a in needs]
+        sb._build()
+        backend.__dict__["_second_order_backend"] = sb
+    return sb

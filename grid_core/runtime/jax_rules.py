@@ -8,8 +8,9 @@ times the inputs' tangents: a map linear in the tangents, which JAX transposes f
 ``jax.jvp``, ``jax.jacfwd``, ``jax.grad``, ``jax.vjp`` and ``jax.jacrev`` all hold, under
 ``jax.jit`` and ``jax.vmap``.  Only the tangents given are contracted (``symbolic_zeros``): a
 gradient with respect to q alone calls no ``f_ext`` kernel.  No second derivative: the
-tangent's own derivative would differentiate the gradient kernels, which have no rule (no
-second-order kernel yet), and JAX says so.
+tangent's own derivative would differentiate the gradient kernels, which have no rule here (the
+second derivatives of inverse dynamics are wired into PyTorch's double backward only), and JAX
+says so.
 """
 
 from __future__ import annotations

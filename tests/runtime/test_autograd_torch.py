@@ -156,11 +156,38 @@ def test_grad_mode_and_refusals(rng):
         h.inverse_dynamics(x["q"], bad, x["qdd"])
 
 
-def test_double_backward_raises(rng):
+@pytest.mark.parametrize("name", ["iiwa14", "go2"])
+def test_gradgradcheck_of_inverse_dynamics(name, rng):
+    """Double backward of inverse dynamics in q, qd and qdd (f_ext given, held): the gradient
+    formed, under create_graph, from the Jacobians' operator, whose backward is idsva_so's second
+    derivatives, and on go2 from the chart at q (differentiated by PyTorch), held to finite
+    differences of the analytic first derivatives by gradgradcheck in float64.  The second-order
+    library (idsva_so and what it composes) is built by the first double backward, never by the
+    handle or a first backward."""
+    h = cpu(name)
+    x = inputs(name, "inverse_dynamics", rng)
+    f_ext = x["f_ext"].detach()
+    h.inverse_dynamics(x["q"], x["qd"], x["qdd"], f_ext).sum().backward()
+    assert "idsva_so" not in h._emitted() and "idsva_so" not in gradient_backend(h)._emitted()
+
+    def call(q, qd, qdd):
+        return h.inverse_dynamics(q, qd, qdd, f_ext)
+
+    assert torch.autograd.gradgradcheck(call, (x["q"], x["qd"], x["qdd"]))
+    assert h.__dict__["_second_order_backend"].algorithms == ["idsva_so"]  # (with what it composes)
+
+
+def test_double_backward_raises_where_no_second_derivative_exists(rng):
     h = cpu("iiwa14")
     x = inputs("iiwa14", "inverse_dynamics", rng)
+    # f_ext differentiated: inverse dynamics' second derivatives are in q, qd and qdd alone
     g, = torch.autograd.grad(h.inverse_dynamics(*x.values()).sum(), x["q"], create_graph=True)
-    with pytest.raises(NotImplementedError, match="no second derivative yet"):
+    with pytest.raises(NotImplementedError, match="^inverse_dynamics: no second derivative of this gradient "
+                       r"\(its second derivatives: in q, qd, qdd alone;"):
+        g.sum().backward()
+    g, = torch.autograd.grad(h.crba(x["q"]).sum(), x["q"], create_graph=True)
+    with pytest.raises(NotImplementedError, match=r"^crba: no second derivative of this gradient \(its second "
+                       "derivatives: none declared;"):
         g.sum().backward()
 
 

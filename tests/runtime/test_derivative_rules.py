@@ -80,3 +80,34 @@ def test_an_algorithm_without_a_rule():
     assert "integrator_gradient" not in registered_rules() and "aba" in registered_rules()
     with pytest.raises(InputError, match=r"integrator_gradient: no derivative is defined for it \(differentiable: "):
         rule_of("integrator_gradient")
+
+
+def test_inverse_dynamics_second_rule_is_the_central_difference_of_its_jacobians(rng):
+    """inverse_dynamics' second derivatives (idsva_so, the Reference's here) against central
+    differences of its rule's own Jacobians in q, qd and qdd (an arm: q's tangent space is q's),
+    every pair, those the rule leaves out zero."""
+    robot = load("iiwa14")
+    rule, called = registered_rules()["inverse_dynamics"], []
+    x = {"q": robot.random_configuration(rng, 1), "qd": rng.uniform(-1, 1, (1, robot.nv)),
+         "qdd": rng.uniform(-1, 1, (1, robot.nv)), "f_ext": rng.uniform(-1, 1, (1, robot.num_bodies, 6))}
+    inputs = set(rule.second.inputs)
+    H = rule.second.hessians(kernels(robot, called), x, {}, inputs)
+    assert set(called) <= set(rule.second.needs) and inputs == {"q", "qd", "qdd"}
+
+    def jacobians(y):
+        return rule.jacobians(kernels(robot, []), y, {}, inputs)
+
+    for b in sorted(inputs):
+        cols = {a: [] for a in inputs}
+        for i in range(robot.nv):
+            plus, minus = dict(x), dict(x)
+            plus[b], minus[b] = x[b].copy(), x[b].copy()
+            plus[b][0, i] += EPS
+            minus[b][0, i] -= EPS
+            jp, jm = jacobians(plus), jacobians(minus)
+            for a in inputs:
+                cols[a].append((jp[a][0] - jm[a][0]) / (2 * EPS))
+        for a in sorted(inputs):
+            fd = np.stack(cols[a], axis=-1)
+            got = H.get(a, {}).get(b, np.zeros((1, *fd.shape)))[0]
+            np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-6 * max(1.0, np.abs(fd).max()), err_msg=f"{a}/{b}")
