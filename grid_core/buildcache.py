@@ -10,6 +10,7 @@ A failed build raises :class:`BuildError` carrying the compiler's log.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -67,6 +68,35 @@ def build(
     final = cache_dir() / f"{label}-{key[:20]}{suffix}"
     if final.exists():
         return final, True
+    with _exclusive(f"{label}-{key[:20]}"):
+        if final.exists():  # built by the process that held the lock
+            return final, True
+        return _compile(label, sources, command, output, key, final, quiet), False
+
+
+@contextlib.contextmanager
+def _exclusive(name: str):
+    """One builder of an artefact at a time across processes (pytest-xdist workers reaching the
+    same library): the others wait on its lock file and then find it in the cache, where each
+    compiled it again before.  A lock file stays (empty) under ``locks/``; without ``fcntl``
+    (not POSIX) builders race as before, harmlessly."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    locks = cache_dir() / "locks"
+    locks.mkdir(exist_ok=True)
+    with open(locks / f"{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _compile(label: str, sources: dict[str, str], command: list[str], output: str, key: str, final: Path,
+             quiet: bool) -> Path:
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f".{label}-", dir=cache_dir()))
     try:
@@ -87,7 +117,7 @@ def build(
         shutil.rmtree(tmp, ignore_errors=True)
     if not quiet:
         print(f"grid: {label} {key[:7]} compiled in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    return final, False
+    return final
 
 
 def build_reported(what: str, target: str, failure: str, label: str, sources: dict[str, str], command: list[str],
