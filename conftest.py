@@ -106,3 +106,60 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+BUILD_LOG = "GRID_TEST_BUILD_LOG"
+
+
+def pytest_configure(config):
+    """Every library build of the run (each xdist worker's too) is recorded in one file, which the
+    summary reads: CI's log then says which builds the minutes went to, in CPU seconds (robust to
+    other load on the machine) as well as wall seconds, and which test paid each."""
+    import os
+    import tempfile
+
+    import grid_core.buildcache as buildcache
+
+    if not os.environ.get(BUILD_LOG):  # the controller (or a run without xdist): workers inherit it
+        fd, path = tempfile.mkstemp(prefix="grid-builds-", suffix=".tsv")
+        os.close(fd)
+        os.environ[BUILD_LOG] = config._grid_build_log = path
+    compile_ = buildcache._compile
+
+    def recorded(label, sources, command, output, key, final, quiet):
+        import resource
+        import time
+
+        before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        path = compile_(label, sources, command, output, key, final, quiet)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+        with open(os.environ[BUILD_LOG], "a") as log:
+            log.write(f"{cpu:.1f}\t{time.perf_counter() - t0:.1f}\t{final.name}\t{test}\n")
+        return path
+
+    buildcache._compile = recorded
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    import os
+
+    path = os.environ.get(BUILD_LOG)
+    if hasattr(config, "workerinput") or not path or not os.path.exists(path):
+        return
+    rows = [line.rstrip("\n").split("\t") for line in open(path)]
+    rows.sort(key=lambda r: -float(r[0]))
+    cpu = sum(float(r[0]) for r in rows)
+    terminalreporter.write_sep("=", f"slowest library builds ({len(rows)} builds, {cpu:.0f} CPU s in all)")
+    for r in rows[:30]:
+        terminalreporter.write_line(f"{float(r[0]):7.1f} CPU s {float(r[1]):7.1f} s  {r[2]}  ({r[3]})")
+
+
+def pytest_unconfigure(config):
+    import os
+
+    path = getattr(config, "_grid_build_log", None)
+    if path:
+        os.environ.pop(BUILD_LOG, None)
+        os.unlink(path)
