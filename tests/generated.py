@@ -38,6 +38,17 @@ gradient into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here
 under GRID_FULL_SWEEP=1."""
 GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient", "end_effector_pose_hessian", "integrator_gradient")
 """The heavy derivatives, compiled with nvcc and run on the CPU backend on CI's samples only."""
+INTEGRATOR_SAMPLE = ["iiwa14", "go2", "erd:panda", "g1"]
+"""CI's robots of the integration family's tests (tests/algorithms/test_integrator*.py): a fixed arm, a
+floating quadruped, a mimic arm, a humanoid."""
+DERIVATIVE_ROBOTS = ["iiwa14", "go2", "g1"]
+"""The robots of the differentiable calls' tests (PyTorch gradcheck, JAX check_grads): a fixed arm and two
+floating bases, a humanoid among them."""
+CPU_GRADIENT_SAMPLE = NVCC_SAMPLE
+"""CI's sample for the gradients on the CPU in both precisions (g++ -O3 of a humanoid's gradients takes
+minutes); every robot with GRID_FULL_SWEEP=1."""
+INTEGRATION = ("integrator", "integrator_gradient")
+"""The integration family (its time step a required input)."""
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 PARAM_VALUES = {"gravity": "{ns}Gravity<{T}>()", "dt": "{T}(0.01)"}
 """A C++ value of each param port, for the tests that call the generated functions from C++ (``{ns}``:
@@ -84,13 +95,11 @@ def gradient_algorithms() -> list[str]:
     return sorted(set(rules) | {n for r in rules.values() for n in r.needs})
 
 
-@functools.cache
 def gradient_handle(name: str):
-    """The CPU handle of robot ``name`` holding the differentiable calls and their rules' kernels
-    (so it is its own gradient library): one per robot, shared by the PyTorch and JAX tests."""
-    import grid_core
-
-    return grid_core.CpuHandle(load(name), gradient_algorithms(), quiet=True)
+    """Robot ``name``'s CPU library (:func:`cpu`), which on DERIVATIVE_ROBOTS holds the differentiable
+    calls and their rules' kernels (so it is its own gradient library): the PyTorch and JAX tests'."""
+    assert name in DERIVATIVE_ROBOTS, name
+    return cpu(name)
 
 
 @functools.cache
@@ -130,6 +139,64 @@ def differentiable_call(obj, alg: str):
         return method(**dict(zip(names, xs)), **params)
 
     return call
+
+
+def cpu_algorithms(name: str, dtype=np.float64) -> list[str]:
+    """What robot ``name``'s CPU library in ``dtype`` holds: every emitted algorithm but the GRADIENTS
+    and the integration family, the GRADIENTS too on CPU_GRADIENT_SAMPLE (every robot with
+    GRID_FULL_SWEEP=1), and in float64 what the tests of the integration family (INTEGRATOR_SAMPLE)
+    and of the differentiable calls (DERIVATIVE_ROBOTS: their rules' kernels) call on the CPU."""
+    wanted = {a for a in emitted() if a not in GRADIENTS and a not in INTEGRATION}
+    if FULL_SWEEP or name in CPU_GRADIENT_SAMPLE:
+        wanted |= set(GRADIENTS) - set(INTEGRATION)
+    if dtype is np.float64 and name in INTEGRATOR_SAMPLE:
+        wanted |= set(INTEGRATION)
+    if dtype is np.float64 and name in DERIVATIVE_ROBOTS:
+        wanted |= set(gradient_algorithms())
+    return sorted(wanted)
+
+
+@functools.cache
+def cpu(name: str, dtype=np.float64, threads: int | None = None):
+    """Robot ``name``'s CPU library (CpuHandle) in ``dtype``, holding :func:`cpu_algorithms`: the one
+    every test of the CPU build on this robot calls (the generic checks, the differentiable calls'
+    rules, the integration family), built once per content hash; ``threads`` a worker count (the same
+    library).  Outputs start as NaN: an element the kernel never writes fails."""
+    import grid_core
+
+    handle = grid_core.CpuHandle(load(name), cpu_algorithms(name, dtype), dtype, threads=threads, quiet=True)
+    handle.set_poison(True)
+    return handle
+
+
+def integration_library(kind: str, name: str, method: str, spill: bool = False, dtype=np.float64):
+    """The integration family generated for ``method`` (fixed at generation time) on robot ``name``,
+    host-emulated (``spill``: the deepest rung forced) or on the CPU: the robot's shared library for
+    the default method, else :func:`method_library`."""
+    from grid_core.algorithm import INTEGRATION_METHODS
+
+    if method == INTEGRATION_METHODS[0]:
+        return cpu(name, dtype) if kind == "cpu" else backend(kind, name, spill, dtype)
+    return method_library(kind, name, method, spill, dtype)
+
+
+@functools.cache
+def method_library(kind: str, name: str, method: str, spill: bool, dtype):
+    """The integrator and, where ``method`` has it generated (the Euler methods), its gradient,
+    generated for ``method`` (with what they compose): one library per method, robot, rung and
+    precision, shared by the integrator's and its gradient's tests."""
+    from grid_core import CpuHandle
+    from grid_core.testing import Emulated
+
+    algorithms = ["integrator"] if method == "rk4" else ["integrator", "integrator_gradient"]
+    opts = {"algorithm_options": {a: {"method": method} for a in algorithms}}
+    if kind == "cpu":
+        handle = CpuHandle(load(name), algorithms, dtype, quiet=True, **opts)
+    else:
+        handle = Emulated(load(name), algorithms, dtype, quiet=True, **opts,
+                          **({"target_shared_mem_bytes": 0} if spill else {}))
+    handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
+    return handle
 
 
 def differentiable_inputs(name: str, alg: str, rng, n: int) -> dict:

@@ -19,8 +19,6 @@ both layouts, with and without f_ext:
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
@@ -29,30 +27,14 @@ from grid_core import Reference
 from grid_core.algorithm import INTEGRATION_METHODS
 from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_state
-from tests.generated import TOL, backend
+from tests.generated import INTEGRATOR_SAMPLE, TOL, integration_library
 from tests.pin_bridge import pin_step, to_pin_q
 
-SAMPLE = ["iiwa14", "go2", "erd:panda", "g1"]
+SAMPLE = INTEGRATOR_SAMPLE
 N = 3
 DT = 0.01
 LAUNCHES = [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]
 DEFAULT = "semi_implicit_euler"
-
-
-@functools.cache
-def library(kind: str, name: str, method: str, spill: bool, dtype):
-    """The integrator generated for ``method`` alone (with what it composes), host-emulated or on the
-    CPU; ``spill``: the deepest rung forced."""
-    from grid_core import CpuHandle
-    from grid_core.testing import Emulated
-
-    opts = {"algorithm_options": {"integrator": {"method": method}}}
-    if kind == "cpu":
-        return CpuHandle(load(name), ["integrator"], dtype, quiet=True, **opts)
-    handle = Emulated(load(name), ["integrator"], dtype, quiet=True,
-                      **opts, **({"target_shared_mem_bytes": 0} if spill else {}))
-    handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
-    return handle
 
 
 def _inputs(robot, rng):
@@ -62,8 +44,8 @@ def _inputs(robot, rng):
 
 def _launches(name: str, method: str, spill: bool, dtype):
     """The integrator generated for ``method`` on every tier and layout: the shared library of every
-    emitted algorithm for the default method (tests/generated.py), a library of its own else."""
-    lib = backend("emulated", name, spill, dtype) if method == DEFAULT else library("emulated", name, method, spill, dtype)
+    emitted algorithm for the default method, the method's own else (tests/generated.py)."""
+    lib = integration_library("emulated", name, method, spill, dtype)
     return [(f"{layout} tier {tier}", lib.with_launch(layout=layout, tier=tier)) for layout, tier in LAUNCHES]
 
 
@@ -100,10 +82,10 @@ def test_cpu_equals_the_reference_and_pinocchio(name, method, rng):
     for f in (None, f_ext):
         expected = ref.integrator(q, qd, tau, DT, method, f)
         for dtype in (np.float64, np.float32) if method == "rk4" else (np.float64,):
-            out = library("cpu", name, method, False, dtype).integrator(q, qd, tau, DT, method, f)
+            out = integration_library("cpu", name, method, False, dtype).integrator(q, qd, tau, DT, method, f)
             for got, exp, port in zip(out, expected, ("q_next", "qd_next")):
                 assert_close(got, exp, TOL[dtype], f"{name} {method} {np.dtype(dtype).name} cpu: {port}")
-        got = library("cpu", name, method, False, np.float64).integrator(q, qd, tau, DT, method, f)
+        got = integration_library("cpu", name, method, False, np.float64).integrator(q, qd, tau, DT, method, f)
         for k in range(N):
             pin_q, pin_qd = pin_step(robot, q[k], qd[k], tau[k], DT, method, None if f is None else f[k])
             assert_close(to_pin_q(robot, got[0][k]), pin_q, 1e-9, f"{name} {method} state {k}: q_next vs Pinocchio")
@@ -118,7 +100,9 @@ def test_a_call_with_another_method_builds_its_code(rng):
     robot = load("go2")
     ref = Reference(robot)
     q, qd, tau, _ = _inputs(robot, rng)
-    lib = library("emulated", "go2", "semi_implicit_euler", False, np.float64)
+    # the integrator alone, generated for the default method: its RK4 build is the RK4 tests' library
+    lib = Emulated(robot, ["integrator"], np.float64, quiet=True, algorithm_options={"integrator": {"method": DEFAULT}})
+    lib.set_poison(True)
     out = lib.integrator(q, qd, tau, DT, "rk4")
     assert_close(out[0], ref.integrator(q, qd, tau, DT, "rk4")[0], 1e-9, "rk4 through the default library")
     assert not np.allclose(out[0], ref.integrator(q, qd, tau, DT)[0], rtol=1e-9, atol=0)  # not the default's step

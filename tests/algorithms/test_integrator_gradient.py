@@ -19,8 +19,6 @@ dofs and a free-flyer) -- at rung 0 and the deepest rung, every tier and both la
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
@@ -28,29 +26,14 @@ from conftest import load
 from grid_core import Reference
 from grid_core.errors import CodegenError
 from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
-from tests.generated import TOL, assert_solves, backend
+from tests.generated import INTEGRATOR_SAMPLE, TOL, assert_solves, backend, integration_library
 from tests.pin_bridge import pin_model, to_pin_q
 
-SAMPLE = ["iiwa14", "go2", "erd:panda", "g1"]
+SAMPLE = INTEGRATOR_SAMPLE
 N = 3
 DT = 0.01
 LAUNCHES = [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]
 NAMES = ("dq_next_dq", "dq_next_dqd", "dq_next_dtau", "dqd_next_dq", "dqd_next_dqd", "dqd_next_dtau")
-
-
-@functools.cache
-def library(kind: str, name: str, method: str, dtype=np.float64):
-    """The integrator gradient and the integrator generated for ``method`` (with what they compose),
-    host-emulated at rung 0 or on the CPU."""
-    from grid_core import CpuHandle
-    from grid_core.testing import Emulated
-
-    opts = {"algorithm_options": {"integrator_gradient": {"method": method}, "integrator": {"method": method}}}
-    if kind == "cpu":
-        return CpuHandle(load(name), ["integrator", "integrator_gradient"], dtype, quiet=True, **opts)
-    handle = Emulated(load(name), ["integrator", "integrator_gradient"], dtype, quiet=True, **opts)
-    handle.set_poison(True)
-    return handle
 
 
 def _inputs(robot, rng):
@@ -99,9 +82,9 @@ def test_explicit_euler_and_the_cpu_build(name, rng):
     q, qd, tau, f_ext = _inputs(robot, rng)
     for method in ("explicit_euler", "semi_implicit_euler"):
         expected = ref.integrator_gradient(q, qd, tau, DT, method, f_ext)
-        _check(library("cpu", name, method).integrator_gradient(q, qd, tau, DT, method, f_ext), expected, 1e-9,
+        _check(integration_library("cpu", name, method).integrator_gradient(q, qd, tau, DT, method, f_ext), expected, 1e-9,
                f"{name} {method} cpu")
-    lib = library("emulated", name, "explicit_euler")
+    lib = integration_library("emulated", name, "explicit_euler")
     expected = ref.integrator_gradient(q, qd, tau, DT, "explicit_euler", f_ext)
     for layout, tier in LAUNCHES:
         out = lib.with_launch(layout=layout, tier=tier).integrator_gradient(q, qd, tau, DT, "explicit_euler", f_ext)
@@ -119,7 +102,7 @@ def difference(robot, q0, q1):
 @pytest.mark.parametrize("name", ["iiwa14", "go2", "erd:panda"])
 def test_equals_central_differences_of_the_generated_integrator(name, method, rng):
     robot = load(name)
-    lib = library("emulated", name, method)
+    lib = integration_library("emulated", name, method)
     q, qd, tau, f_ext = (x[0] for x in _inputs(robot, rng))
     qd = 5 * qd  # base rotations of a few tenths of a radian over the step
     grads = lib.integrator_gradient(q, qd, tau, 0.05, method, f_ext)

@@ -22,30 +22,30 @@ from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_q
 
 from tests.algorithms.test_operational_space_inertia import judge as judge_inertia
-from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, GRADIENTS, NVCC_SAMPLE, assert_solves, emitted
+from tests.generated import CODEGEN_ROBOTS, assert_solves, cpu_algorithms, emitted
+from tests.generated import cpu as generated_cpu
 
 EMITTED = [name for name in emitted() if not any(p.kind == "param" and p.default is None
                                                 for p in grid_core.algorithms()[name].inputs(load("iiwa14")))]
 """Every emitted algorithm of the default set these generic checks can call with state inputs alone:
 not the integration family, whose time step is required (tests/algorithms/test_integrator*.py run it
 on the CPU)."""
-GRADIENT_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else NVCC_SAMPLE
-"""CI's sample for the gradients on the CPU (a fixed arm, a mimic arm, continuous joints, a floating
-quadruped: g++ -O3 of a humanoid's gradients takes minutes); every robot with GRID_FULL_SWEEP=1."""
 
 
-def algorithms_of(name: str) -> list[str]:
-    """What a robot's CPU library holds: every emitted algorithm, the gradients on GRADIENT_ROBOTS."""
-    return [a for a in EMITTED if a not in GRADIENTS or name in GRADIENT_ROBOTS]
+def algorithms_of(name: str, dtype=np.float64) -> list[str]:
+    """What these checks call in robot ``name``'s CPU library (tests.generated.cpu_algorithms: every
+    emitted algorithm, the gradients on CI's sample and the derivative tests' robots): those callable
+    with state inputs alone."""
+    return [a for a in cpu_algorithms(name, dtype) if a in EMITTED]
+
+
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 N = 37  # not a multiple of the worker count: ranges of unequal length
 
 
-@functools.cache
 def cpu(name: str, threads: int | None = None):
-    handle = grid_core.CpuHandle(load(name), algorithms_of(name), threads=threads, quiet=True)
-    handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
-    return handle
+    """The robot's CPU library, float64 (tests/generated.py: shared with the other tests of the CPU build)."""
+    return generated_cpu(name, np.float64, threads)
 
 
 def state_inputs(alg, robot, rng, n=N, optional=True) -> dict:
@@ -101,10 +101,10 @@ def test_cpu_handle_equals_the_reference(name, algorithm, rng, general_calls):
 @pytest.mark.parametrize("name", ["iiwa14", "g1"])
 def test_float32_and_gravity(name, rng):
     robot = load(name)
-    handle = grid_core.CpuHandle(robot, algorithms_of(name), dtype=np.float32, quiet=True)
+    handle = generated_cpu(name, np.float32)
     ref = Reference(robot)
     g = np.array([0.3, -1.2, -9.0])
-    for algorithm in algorithms_of(name):
+    for algorithm in algorithms_of(name, np.float32):
         alg = grid_core.algorithms()[algorithm]
         x = state_inputs(alg, robot, rng)
         out = getattr(handle, algorithm)(**x)
@@ -224,7 +224,7 @@ def test_a_handle_compiles_its_own_precision_only():
     """A float64 handle's library holds the float64 entries and no float32 one, and the other
     way round (one precision compiles in about half the time of both)."""
     for dtype, own, other in ((np.float64, "_f64_cpu", "_f32"), (np.float32, "_f32_cpu", "_f64")):
-        handle = grid_core.CpuHandle("iiwa14", dtype=dtype, quiet=True)
+        handle = generated_cpu("iiwa14", dtype)
         entries = [s.split()[-1] for s in symbols_of(handle._path, "-D", "--defined-only").splitlines()
                    if "grid_abi_" in s]
         assert {f"grid_abi_{a}{own}" for a in EMITTED} <= set(entries), dtype
