@@ -84,18 +84,41 @@ def general_calls(monkeypatch):
     return watch
 
 
+def uses_the_cpu_build(item) -> bool:
+    """Whether a test calls a robot's CPU library (tests/runtime/, or a test named for the CPU build)."""
+    return item.path.parent.name == "runtime" or "cpu" in getattr(item, "originalname", item.name)
+
+
+SHARED_FIXTURE_FILES = ("test_docs.py", "test_third_party_plugin.py", "test_import_all.py", "test_peers.py")
+"""Test files whose module- or session-scoped fixtures do long work (the docs build, a pip install, a
+subprocess importing every module, MuJoCo models): each file's tests go to one worker, which does it once."""
+
+
+def group_of(item) -> str | None:
+    """The pytest-xdist group of a test: its robot's (its robot's CPU build's apart), its file's where
+    the file's fixtures are shared, none else (the nvcc compilations, which share nothing, included)."""
+    if item.path.name in SHARED_FIXTURE_FILES:
+        return f"file-{item.path.name}"
+    if item.path.name == "test_nvcc_compile.py":
+        return None
+    spec = getattr(item, "callspec", None)
+    robot = next((v for k, v in (spec.params.items() if spec else ()) if k in ("name", "robot")
+                  and isinstance(v, str) and v in ROBOTS), None)
+    return None if robot is None else f"robot-{robot}{'-cpu' if uses_the_cpu_build(item) else ''}"
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Every test of one robot goes to one pytest-xdist worker (``--dist loadgroup``, pyproject's
-    addopts): the libraries its tests compile (emulated, CPU, nvcc) are then built once, where two
-    workers reaching the same robot at the same time each compiled them (the duplicate minutes
-    of CI).  `gpu`-marked tests need a CUDA device; they skip only when none is present."""
+    addopts), those of its CPU build in a group of their own: the libraries its tests compile
+    (emulated, CPU) are then built once, and a humanoid's two families (minutes of compilation each)
+    can run on both workers at once (:func:`group_of`; the build cache's lock keeps any library
+    reached from two workers one build).  `gpu`-marked tests need a CUDA device; they skip only
+    when none is present."""
     for item in items:
-        spec = getattr(item, "callspec", None)
-        robot = next((v for k, v in (spec.params.items() if spec else ()) if k in ("name", "robot")
-                      and isinstance(v, str) and v in ROBOTS), None)
-        if robot is not None:
-            item.add_marker(pytest.mark.xdist_group(f"robot-{robot}"))
+        group = group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     if not any(item.get_closest_marker("gpu") for item in items):
         return
     from grid_core.runtime import device_count
@@ -163,3 +186,34 @@ def pytest_unconfigure(config):
     if path:
         os.environ.pop(BUILD_LOG, None)
         os.unlink(path)
+
+
+LONG_FIRST = ("robot-g1", "test_nvcc_compile.py", "robot-atlas", "robot-erd:talos_reduced",
+              "robot-erd:simple_humanoid", "robot-erd:tiago_pro", "robot-erd:pr2", "file-test_docs.py")
+"""The longest units of work, longest first (the humanoid's libraries, the nvcc compilations of minutes
+each, the other large robots, the docs build): they start ahead of pytest-xdist's order (most tests
+first), so that the run ends on short units, both workers busy to the end."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with LONG_FIRST's units at the head of the queue (a group is one unit, an
+    ungrouped test one)."""
+    if config.getoption("dist", None) != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    def rank(scope: str) -> int:
+        unit = scope.removesuffix("-cpu")
+        return next((k for k, p in enumerate(LONG_FIRST) if unit == p or (not p.startswith(("robot-", "file-"))
+                                                                            and p in scope)), len(LONG_FIRST))
+
+    class LongFirst(LoadGroupScheduling):
+        def _assign_work_unit(self, node):
+            if not getattr(self, "_ordered", False):
+                self._ordered = True
+                for scope in sorted(self.workqueue, key=rank):  # stable: xdist's order among the rest
+                    self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
+
+    return LongFirst(config, log)
