@@ -80,11 +80,42 @@ def backend(kind: str, name: str, spill: bool, dtype=np.float64):
 
         handle = RobotHandle(load(name), emitted(), dtype, quiet=True, **opts)
     else:
-        from grid_core.testing import Emulated
-
-        handle = Emulated(load(name), emitted(), dtype, **opts)
+        handle = _shared_emulated_class()(load(name), emitted(), dtype, **opts)
+        handle.shared = (name, spill)
     handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
     return handle
+
+
+@functools.cache
+def _shared_library(name: str, spill: bool):
+    """The path of robot ``name``'s shared emulated library (both precisions in one library, built
+    from sources that do not depend on the handle's dtype): its header generated once per process."""
+    from grid_core.testing import Emulated
+
+    opts = {"target_shared_mem_bytes": 0} if spill else {}
+    return Emulated(load(name), emitted(), np.float64, **opts).library_path()
+
+
+@functools.cache
+def _shared_emulated_class():
+    from grid_core.testing import Emulated
+
+    class SharedEmulated(Emulated):
+        """The shared emulated library's handle: its float64 and float32 handles load one library
+        (:func:`_shared_library`), where each generated the robot's whole header again to find its
+        key (g1's: 25 s of Python under load); a build for other option values (another ``frames``,
+        :meth:`_built_for`) is its own, as before."""
+
+        shared = None
+
+        def library_path(self, quiet: bool = True):
+            name, spill = self.shared or (None, None)
+            if name is not None and self.algorithms == emitted() and self.generate_options == (
+                    {"target_shared_mem_bytes": 0} if spill else {}):
+                return _shared_library(name, spill)
+            return super().library_path(quiet)
+
+    return SharedEmulated
 
 
 def gradient_algorithms() -> list[str]:
