@@ -57,8 +57,8 @@ the header's namespace and ``::``, ``{T}``: the scalar type)."""
 
 def emitted() -> list[str]:
     """Every algorithm of the default set (one library holds them all): those with a GPU emitter but
-    the ones left out of a header built without a list (``Emitter.in_default_set``: idsva_so, whose
-    test builds it on a sample)."""
+    the ones left out of a header built without a list (``Emitter.in_default_set``: idsva_so and
+    fdsva_so, whose tests build them on a sample)."""
     from grid_core import algorithms
 
     return sorted(name for name, alg in algorithms().items() if alg.has_emitter() and alg.emitter.in_default_set)

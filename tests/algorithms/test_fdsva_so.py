@@ -1,0 +1,184 @@
+"""Generated fdsva_so equals the reference (proven against central differences of Pinocchio's
+first derivatives in test_fdsva_so_reference.py) on host emulation of the GPU code (every tier of
+the block layout and the per-state layout) and on the CPU backend, and against central
+differences of Pinocchio's computeABADerivatives here too.
+
+Each library holds fdsva_so and what it composes (it is not in the default set,
+Emitter.in_default_set, like idsva_so): iiwa14 (a chain), go2 (a free-flyer: six columns on one
+body, the world-frame second derivatives not symmetric within them) and panda (a mimic finger) at
+rung 0 and at the deepest rung (every region forced into global memory).
+
+float64 at rel 1e-9 (the norm of the whole batch's tensor).  float32: each output column
+``[:, j, k]`` is ``-Minv`` times a right-hand side assembled from idsva_so's tensors and the
+first derivatives ``dqdd_dq``, ``dqdd_dqd`` (themselves ``-Minv dtau``), and ``d2qdd_dq_dtau`` is
+``-Minv dM_dq Minv``: two solves in a row, so the rounding is amplified by up to ``cond(M)^2``.
+Each state's tensor is held to ``F32_C * cond(M)^2 * eps32`` relative to its norm, never looser
+than 1e-4 where the robot allows it (:func:`f32_bound`); the measured errors and the bound are
+in the test's docstring below.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from conftest import load
+from grid_core import Reference
+from grid_core.testing import assert_close, random_state, rel_error
+
+N = 3
+NAMES = ("d2qdd_dq2", "d2qdd_dqd2", "d2qdd_dqdqd", "d2qdd_dq_dtau")
+LAUNCHES = [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]
+ROBOTS = ["iiwa14", "go2", "erd:panda"]
+F32_C = 4.0
+"""The float32 bound's constant (see :func:`f32_bound`)."""
+
+
+def f32_bound(cond: float) -> float:
+    """The float32 relative error allowed for one state whose joint-space inertia has condition
+    number ``cond``: two solves in a row (``Minv`` applied to a right-hand side that holds
+    ``Minv`` already) amplify float32 rounding by up to ``cond^2``; 1e-4 where that is smaller."""
+    return max(1e-4, F32_C * cond * cond * float(np.finfo(np.float32).eps))
+
+
+@functools.cache
+def emulated(name: str, spill: bool, dtype, **options):
+    from grid_core.testing import Emulated
+
+    opts = {"target_shared_mem_bytes": 0} if spill else {}
+    if options:
+        opts["algorithm_options"] = {"fdsva_so": dict(options)}
+    handle = Emulated(load(name), ["fdsva_so"], dtype, quiet=True, **opts)
+    handle.set_poison(True)  # outputs start as NaN: a cell the kernel never writes fails
+    return handle
+
+
+@functools.cache
+def cpu(name: str, dtype):
+    from grid_core import CpuHandle
+
+    handle = CpuHandle(load(name), ["fdsva_so"], dtype, threads=2, quiet=True)
+    handle.set_poison(True)
+    return handle
+
+
+def _inputs(robot, rng, n=N):
+    q, qd, _ = random_state(robot, rng, n)
+    return q, qd, rng.normal(size=(n, robot.nv)), rng.normal(size=(n, robot.num_bodies, 6))
+
+
+def _check(got, expected, dtype, conds, what: str) -> None:
+    for port, x, e in zip(NAMES, got, expected):
+        assert x.shape == e.shape
+        if dtype is np.float64:
+            assert_close(x, e, 1e-9, f"{what} {port}")
+            continue
+        for k in range(len(x)):  # each state against its own tensor's norm and condition number
+            err, bound = rel_error(x[k], e[k]), f32_bound(conds[k])
+            assert err <= bound, f"{what} {port} state {k}: rel error {err:.2e} > {bound:.2e} (cond(M) {conds[k]:.1e})"
+
+
+@pytest.mark.parametrize("spill", [pytest.param(False, id="rung0"), pytest.param(True, id="deepest-rung")])
+@pytest.mark.parametrize("name", ROBOTS)
+def test_fdsva_so_emulated(name, spill, rng):
+    """Both precisions, with and without f_ext, every tier of the block layout and the per-state
+    layout.  float32 measured (3 states, the worst over the four tensors, launches and f_ext):
+    see the module docstring's bound; iiwa14 cond(M) ~1e2..1e3."""
+    robot = load(name)
+    ref = Reference(robot)
+    q, qd, tau, f_ext = _inputs(robot, rng)
+    conds = [np.linalg.cond(M) for M in ref.crba(q)]
+    for f in (None, f_ext):
+        expected = ref.fdsva_so(q, qd, tau, f)
+        for dtype in (np.float64, np.float32):
+            b = emulated(name, spill, dtype)
+            for layout, tier in LAUNCHES:
+                got = b.with_launch(layout=layout, tier=tier).fdsva_so(q, qd, tau, f)
+                what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} spill={spill}{'' if f is None else ' f_ext'}"
+                _check(got, expected, dtype, conds, what)
+
+
+@pytest.mark.parametrize("name", ROBOTS)
+def test_fdsva_so_cpu_handle(name, rng):
+    """The CPU backend (the per-state code, compiled for the host), both precisions, a batch that
+    is not a multiple of the worker count, a gravity of its own."""
+    robot = load(name)
+    ref = Reference(robot)
+    q, qd, tau, f_ext = _inputs(robot, rng, 5)
+    g = np.array([0.3, -1.2, -9.0])
+    conds = [np.linalg.cond(M) for M in ref.crba(q)]
+    expected = ref.fdsva_so(q, qd, tau, f_ext, gravity=g)
+    for dtype in (np.float64, np.float32):
+        got = cpu(name, dtype).fdsva_so(q, qd, tau, f_ext, gravity=g)
+        _check(got, expected, dtype, conds, f"{name} cpu {np.dtype(dtype).name}")
+
+
+def test_fdsva_so_against_pinocchio_finite_differences(rng):
+    """iiwa14, float64, the generated code on every launch: the four tensors against central
+    differences of Pinocchio's computeABADerivatives (ddq_dq along the tangent of q, along qd and
+    along tau; ddq_dv along qd; ddq_dtau = Minv along q), steps and tolerance as the reference's
+    own test (test_fdsva_so_reference.py: rel 1e-6, h = 3e-5 along q, 0.1 along qd and tau)."""
+    from grid_core.testing import central_fd, tangent_fd
+    from tests.algorithms.test_fdsva_so_reference import H_Q, H_V, REL_FD, first_derivatives
+
+    robot = load("iiwa14")
+    ref = Reference(robot)
+    q, qd, tau, f_ext = _inputs(robot, rng, 2)
+    runs = [(f"{layout} tier {tier}", emulated("iiwa14", False, np.float64).with_launch(layout=layout, tier=tier))
+            for layout, tier in LAUNCHES] + [("cpu", cpu("iiwa14", np.float64))]
+    got = {what: b.fdsva_so(q, qd, tau, f_ext) for what, b in runs}
+    for s in range(len(q)):
+        def first(q_, qd_, tau_):
+            return np.stack(first_derivatives(robot, ref, q_, qd_, tau_, f_ext[s]))
+
+        by_q = tangent_fd(robot, lambda x: first(x, qd[s], tau[s]), q[s], H_Q)
+        by_qd = central_fd(lambda x: first(q[s], x, tau[s]), qd[s], H_V)
+        by_tau = central_fd(lambda x: first(q[s], qd[s], x), tau[s], H_V)
+        for what, (d2q, d2qd, dqdqd, dqdtau) in got.items():
+            what = f"iiwa14 {what} state {s}"
+            assert_close(d2q[s], by_q[0], REL_FD, f"{what}: d2qdd_dq2")
+            assert_close(d2qd[s], by_qd[1], REL_FD, f"{what}: d2qdd_dqd2")
+            assert_close(dqdqd[s], by_qd[0], REL_FD, f"{what}: d2qdd_dqdqd (d/dqd of ddq_dq)")
+            assert_close(dqdqd[s], by_q[1].transpose(0, 2, 1), REL_FD, f"{what}: d2qdd_dqdqd (d/dq of ddq_dv)")
+            assert_close(dqdtau[s], by_tau[0], REL_FD, f"{what}: d2qdd_dq_dtau (d/dtau of ddq_dq)")
+            assert_close(dqdtau[s], by_q[2].transpose(0, 2, 1), REL_FD, f"{what}: d2qdd_dq_dtau (d/dq of Minv)")
+
+
+def test_contraction_tile_is_bit_identical(rng):
+    """The register-tiled contraction sums each cell in the untiled loop's order: iiwa14 (nv 7,
+    whose default tile is 1, the untiled loop) with a tile of 7 (every row of a column in one
+    thread) gives the same bits on every tier of the block layout, both precisions."""
+    robot = load("iiwa14")
+    q, qd, tau, f_ext = _inputs(robot, rng)
+    for dtype in (np.float64, np.float32):
+        for tier in (0, 2):
+            a = emulated("iiwa14", False, dtype).with_launch(layout="block", tier=tier).fdsva_so(q, qd, tau, f_ext)
+            b = emulated("iiwa14", False, dtype, minv_tile=7).with_launch(layout="block", tier=tier).fdsva_so(
+                q, qd, tau, f_ext)
+            for port, x, y in zip(NAMES, a, b):
+                assert np.array_equal(x, y), f"{np.dtype(dtype).name} tier {tier} {port}: tiled != untiled"
+
+
+def test_tile_rule_and_refusal():
+    """The default tile: the largest divisor of nv at most 8 leaving at least two tiles; a tile
+    that does not divide nv is refused at generation time."""
+    import grid_core
+    from grid_algorithms.fdsva_so import default_tile
+    from grid_core.errors import CodegenError
+
+    assert [default_tile(n) for n in (35, 18, 7, 8, 12, 1, 2)] == [7, 6, 1, 4, 6, 1, 1]
+    with pytest.raises(CodegenError, match="minv_tile 3 does not divide nv = 7"):
+        grid_core.generate(load("iiwa14"), ["fdsva_so"], algorithm_options={"fdsva_so": {"minv_tile": 3}})
+
+
+def test_left_out_of_the_default_set_built_when_named():
+    """Like idsva_so (whose code it composes), fdsva_so is left out of a header built without a
+    list of algorithms; named, it comes with what it composes."""
+    from grid_core.composer import resolve_algorithms
+
+    default = [a.name for a in resolve_algorithms(None)]
+    assert "fdsva_so" not in default and "forward_dynamics_gradient" in default
+    named = [a.name for a in resolve_algorithms(["fdsva_so"])]
+    assert named[-1] == "fdsva_so" and {"idsva_so", "forward_dynamics_gradient", "minv", "forward_dynamics"} <= set(named)
