@@ -6,7 +6,9 @@ differences of Pinocchio's computeABADerivatives here too.
 Each library holds fdsva_so and what it composes (it is not in the default set,
 Emitter.in_default_set, like idsva_so): iiwa14 (a chain), go2 (a free-flyer: six columns on one
 body, the world-frame second derivatives not symmetric within them) and panda (a mimic finger) at
-rung 0 and at the deepest rung (every region forced into global memory).
+rung 0 and at the deepest rung (every region forced into global memory).  Host compilation
+dominates: on a shared 2-core machine under load go2's emulation library took 46 min at rung 0,
+the CPU builds 11-26 min each; with the libraries cached the file runs in about a minute.
 
 float64 at rel 1e-9 (the norm of the whole batch's tensor).  float32: each output column
 ``[:, j, k]`` is ``-Minv`` times a right-hand side assembled from idsva_so's tensors and the
