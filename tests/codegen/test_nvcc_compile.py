@@ -3,18 +3,26 @@ the emulated tests prove with GRID_FULL_SWEEP=1), every emitted
 algorithm's every tier and both precisions instantiated, at rung 0 and with the deepest spill
 rung forced (both headers in one translation unit, in two namespaces; a robot's light algorithms
 in one unit, each heavy derivative in its own).  The calls are made
-from each layer's signature node (grid_core.emit.layers), so a new algorithm needs no edit here."""
+from each layer's signature node (grid_core.emit.layers), so a new algorithm needs no edit here.
+
+A unit that compiled keeps its ptxas report in the build cache under the hash of its sources, its
+command and nvcc's version (``nvcc-check/``): the same unit is not compiled twice, so the full
+sweep, hours of nvcc on two cores, resumes where it stopped and redoes only the units whose headers
+changed.  CI starts from an empty cache and compiles every unit."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
 from conftest import load
+from grid_core import buildcache
 from grid_core.composer import Composer, GenerateOptions, generate
 from grid_core.resources import describe_kernel, parse_ptxas
-from grid_core.runtime.cuda import find_nvcc
+from grid_core.runtime.cuda import find_nvcc, nvcc_version
 from tests.generated import GRADIENTS, NVCC_ROBOTS, PARAM_VALUES, nvcc_algorithms
 
 DRIVER = """
@@ -64,21 +72,35 @@ def groups() -> list:
     return out
 
 
+def ptxas_report(sources: dict[str, str], tmp_path: Path) -> str:
+    """nvcc -O3 for sm_90 of ``tu.cu`` among ``sources`` (written to ``tmp_path``): ptxas's report,
+    from the build cache where this unit compiled before."""
+    nvcc = find_nvcc()
+    flags = ["-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v", "-c", "tu.cu", "-o", "tu.o"]
+    key = buildcache.content_key(sources, ["nvcc", *flags], {"nvcc": nvcc_version(nvcc)})
+    cached = buildcache.cache_dir() / "nvcc-check" / f"{key[:24]}.log"
+    if cached.exists():
+        return cached.read_text()
+    for name, text in sources.items():
+        (tmp_path / name).write_text(text)
+    res = subprocess.run([nvcc, *flags], cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-4000:]
+    cached.parent.mkdir(exist_ok=True)
+    part = cached.with_suffix(f".{os.getpid()}.part")
+    part.write_text(res.stdout + res.stderr)
+    part.replace(cached)  # atomic: a concurrent reader sees the whole report or none
+    return res.stdout + res.stderr
+
+
 @pytest.mark.parametrize(("name", "algorithms"), groups())
 def test_headers_compile_for_sm90_at_every_tier(name, algorithms, tmp_path):
     robot = load(name)
-    (tmp_path / "rung0.cuh").write_text(generate(robot, algorithms, namespace="grid"))
-    (tmp_path / "spill.cuh").write_text(generate(robot, algorithms, namespace="grid_spill", target_shared_mem_bytes=0))
     lines, per_state = calls(robot, "grid", algorithms)
     lines += calls(robot, "grid_spill", algorithms)[0]
-    (tmp_path / "tu.cu").write_text(DRIVER.format(calls="\n".join(lines)))
-    res = subprocess.run(
-        [find_nvcc(), "-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v",
-         "-c", "tu.cu", "-o", "tu.o"],
-        cwd=tmp_path, capture_output=True, text=True,
-    )
-    assert res.returncode == 0, res.stderr[-4000:]
-    kernels = [describe_kernel(r["kernel"]) | {"demangled": r["kernel"]} for r in parse_ptxas(res.stdout + res.stderr)]
+    report = ptxas_report({"rung0.cuh": generate(robot, algorithms, namespace="grid"),
+                           "spill.cuh": generate(robot, algorithms, namespace="grid_spill", target_shared_mem_bytes=0),
+                           "tu.cu": DRIVER.format(calls="\n".join(lines))}, tmp_path)
+    kernels = [describe_kernel(r["kernel"]) | {"demangled": r["kernel"]} for r in parse_ptxas(report)]
     for ns in ("grid", "grid_spill"):
         mine = [k for k in kernels if f" {ns}::" in f" {k['demangled']}"]
         for alg in algorithms:
