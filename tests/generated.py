@@ -12,8 +12,9 @@ import pytest
 
 from conftest import load
 
-# The robots the generated code is proven on in CI: every bundled robot and 9
-# example-robot-data robots (fixed arms, mimic joints, continuous joints, floating bases).
+# The robots the generated code is proven on (GRID_FULL_SWEEP=1; CI runs SAMPLE_ROBOTS): every
+# bundled robot and 9 example-robot-data robots (fixed arms, mimic joints, continuous joints,
+# floating bases).
 CODEGEN_ROBOTS = [
     "iiwa14", "hyq", "atlas", "go2", "g1",
     "erd:panda", "erd:ur5_robot", "erd:double_pendulum_continuous", "erd:pr2", "erd:tiago_pro",
@@ -22,8 +23,14 @@ CODEGEN_ROBOTS = [
 GPU_ROBOTS = ["iiwa14", "hyq", "atlas", "g1"]
 FULL_SWEEP = os.environ.get("GRID_FULL_SWEEP") == "1"
 """``GRID_FULL_SWEEP=1``: the slow checks (nvcc at every tier) on every robot, not CI's sample."""
-SAMPLE_ROBOTS = ["iiwa14", "hyq", "atlas", "go2", "g1", "erd:panda", "erd:double_pendulum_continuous", "erd:solo12"]
-"""CI's sample for the slow checks: every bundled robot, a mimic arm, continuous joints, a floating quadruped."""
+SAMPLE_ROBOTS = ["iiwa14", "hyq", "atlas", "go2", "g1", "erd:panda", "erd:double_pendulum_continuous", "erd:solo12",
+                 "erd:pr2"]
+"""CI's sample of CODEGEN_ROBOTS, for the generated code in emulation (every algorithm, every tier, both
+rungs) and on the CPU: every bundled robot (a fixed arm, quadrupeds, humanoids), a mimic arm, continuous
+joints, a floating quadruped, and a second mimic robot (pr2: mimic grippers, a prismatic torso; its
+rung-0 library is built for the gravity tests anyway).  The full sweep adds ur5 (a fixed
+arm), anymal (a quadruped), talos_reduced and simple_humanoid (humanoids) and tiago_pro (mimic joints),
+whose libraries (two emulated rungs and a CPU build each) took 387 CPU s of CI's compilation."""
 NVCC_SAMPLE = ["iiwa14", "erd:panda", "erd:double_pendulum_continuous", "erd:solo12"]
 """CI's nvcc check: a fixed arm, a mimic arm, continuous joints, a floating base (nvcc -O3 of five
 algorithms at every tier, both precisions and both rungs takes minutes per humanoid; the GPU
@@ -256,13 +263,13 @@ def backend_cases() -> list:
 
 
 def robot_cases(kinds=("emulated", "gpu"), spills=(False, True), robots=None) -> list:
-    """``(kind, name, spill)`` parameters: host emulation on every CODEGEN_ROBOTS robot (or those of
-    ``robots``), the GPU on GPU_ROBOTS (each library is an nvcc build of tens of seconds on the
-    device machine)."""
+    """``(kind, name, spill)`` parameters: host emulation on CI's sample (SWEEP_ROBOTS: every
+    CODEGEN_ROBOTS robot under GRID_FULL_SWEEP=1) or the robots of ``robots``, the GPU on GPU_ROBOTS
+    (each library is an nvcc build of tens of seconds on the device machine)."""
     out = []
     for kind in kinds:
         marks = [pytest.mark.gpu] if kind == "gpu" else []
-        for name in (GPU_ROBOTS if kind == "gpu" else robots or CODEGEN_ROBOTS):
+        for name in (GPU_ROBOTS if kind == "gpu" else robots or SWEEP_ROBOTS):
             for spill in spills:
                 rung = "deepest-rung" if spill else "rung0"
                 out.append(pytest.param(kind, name, spill, id=f"{kind}-{name}-{rung}", marks=marks))

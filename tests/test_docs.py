@@ -7,7 +7,8 @@ the copy, never in the working tree, and concurrent builds cannot meet.
 
 The example plugin package ``examples/plugin_gravity_compensation`` is pip-installed into a
 temporary ``--target`` directory, as tests/test_third_party_plugin.py does; its own tests must
-pass there, and the documentation built with it on the path must have its page.
+pass there.  The site is built once (a minute and a half of Sphinx on CI's two cores), with the
+plugin on the path: its page must be there beside the built-in ones, which the other tests read.
 """
 
 from __future__ import annotations
@@ -63,8 +64,10 @@ def page_text(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def site_html(tmp_path_factory) -> Path:
-    return build_docs(tmp_path_factory.mktemp("docs"))
+def site_html(tmp_path_factory, plugin_site) -> Path:
+    """The site, built with the example plugin package on the path (:func:`plugin_site`): the
+    built-in pages and the third-party plugin's (test_the_example_plugin_gets_its_page) from one build."""
+    return build_docs(tmp_path_factory.mktemp("docs"), site=plugin_site[0])
 
 
 def registered() -> dict:
@@ -233,9 +236,8 @@ def test_the_example_plugin_passes_its_own_tests(plugin_site, tmp_path):
     assert re.search(r"\b\d+ passed\b", proc.stdout) and " failed" not in proc.stdout
 
 
-def test_the_example_plugin_gets_its_page(plugin_site, tmp_path):
-    target, _ = plugin_site
-    out = build_docs(tmp_path, site=target)
+def test_the_example_plugin_gets_its_page(site_html):
+    out = site_html
     page = out / "algorithms" / "gravity_compensation.html"
     assert page.is_file()
     text = page_text(page)

@@ -3,9 +3,10 @@ the float64 Reference, the generated code host-emulated (CI) and on the GPU (Rob
 `gpu` marker).
 
 The generated code equals the Reference (proven against Pinocchio in test_aba_reference.py) at
-rel 1e-9 (float64) and 1e-4 (float32), with and without f_ext, on every bundled robot and 9
-example-robot-data robots (mimic joints among them: the relaxed tree and its constraint
-columns), both layouts, every tier, and with the deepest spill rung forced.  Every backend's
+rel 1e-9 (float64) and 1e-4 (float32), with and without f_ext, on CI's sample of robots (every
+bundled robot and 4 example-robot-data robots, tests/generated.py SAMPLE_ROBOTS: mimic joints
+among them, the relaxed tree and its constraint columns; all 14 CODEGEN_ROBOTS with
+GRID_FULL_SWEEP=1), both layouts, every tier, and with the deepest spill rung forced.  Every backend's
 qdd also satisfies an independent identity, ID(q, qd, aba(q, qd, tau)) = tau with the
 Reference's inverse dynamics.  An ill-conditioned robot (pin_bridge.ILL_CONDITIONED) is judged
 on the equations of motion instead, as test_ill_conditioned_reference.py judges it.

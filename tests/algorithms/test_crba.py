@@ -4,7 +4,8 @@ Reference, the generated code host-emulated (CI) and on the GPU (RobotHandle, `g
 Each backend's M is symmetric and equals d tau / d qdd of the Reference's inverse dynamics
 (an independent algorithm: M qdd = ID(q, 0, qdd) - ID(q, 0, 0)); the generated code also
 equals the Reference (proven against Pinocchio in test_crba_reference.py) at rel 1e-9
-(float64) and 1e-4 (float32), on every bundled robot and 9 example-robot-data robots, both
+(float64) and 1e-4 (float32), on CI's sample of robots (every bundled robot and 4 example-robot-data
+robots, tests/generated.py SAMPLE_ROBOTS; all 14 CODEGEN_ROBOTS with GRID_FULL_SWEEP=1), both
 layouts, every tier, and with the deepest spill rung forced.
 """
 

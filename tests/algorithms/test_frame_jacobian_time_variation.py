@@ -1,7 +1,8 @@
 """Generated frame Jacobian time variations equal the reference (proven against Pinocchio's
 getFrameJacobianTimeVariation, LOCAL_WORLD_ALIGNED, in test_frame_jacobian_time_variation_reference.py)
-on host emulation (CI; the GPU under the `gpu` marker): the default (leaf) frames of every
-CODEGEN_ROBOTS robot, float64 at rel 1e-9, float32 at rel 1e-4, both layouts, every tier, the
+on host emulation (CI; the GPU under the `gpu` marker): the default (leaf) frames of CI's
+sample of robots (tests/generated.py SAMPLE_ROBOTS; every CODEGEN_ROBOTS robot with
+GRID_FULL_SWEEP=1), float64 at rel 1e-9, float32 at rel 1e-4, both layouts, every tier, the
 deepest spill rung forced; frames of every kind chosen at generation time and at run time on a mimic
 arm, whose mimic finger's column is a term of its mimicked joint's; and the generated code against
 Pinocchio directly on a fixed arm, a floating quadruped and a mimic arm."""

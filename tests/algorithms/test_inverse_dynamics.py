@@ -1,8 +1,9 @@
 """Generated inverse dynamics equals the reference, on every backend of the generated
 code: host emulation (CI) and the GPU (RobotHandle, under the `gpu` marker).
 
-Every bundled robot and 9 example-robot-data robots (fixed and floating, mimic and
-continuous joints); float64 at rel 1e-9 and float32 at rel 1e-4; with and without
+CI's sample of robots (every bundled robot and 4 example-robot-data robots, tests/generated.py
+SAMPLE_ROBOTS: fixed and floating, mimic and continuous joints; all 14 CODEGEN_ROBOTS with
+GRID_FULL_SWEEP=1); float64 at rel 1e-9 and float32 at rel 1e-4; with and without
 f_ext; both layouts (block-cooperative and per-state); every tier; and with the
 deepest spill rung forced.
 """

@@ -3,8 +3,9 @@ computeRNEADerivatives and finite differences in test_inverse_dynamics_gradient_
 on every backend of the generated code: host emulation (CI) and the GPU (RobotHandle, `gpu`
 marker).
 
-Every bundled robot and 9 example-robot-data robots (fixed and floating, mimic and continuous
-joints); float64 at rel 1e-9, float32 at rel 1e-4; with and without f_ext; both layouts, every
+CI's sample of robots (every bundled robot and 4 example-robot-data robots, tests/generated.py
+SAMPLE_ROBOTS: fixed and floating, mimic and continuous joints; all 14 CODEGEN_ROBOTS with
+GRID_FULL_SWEEP=1); float64 at rel 1e-9, float32 at rel 1e-4; with and without f_ext; both layouts, every
 tier, and the deepest spill rung forced.
 """
 

@@ -3,8 +3,9 @@ Reference, the generated code host-emulated (CI) and on the GPU (RobotHandle, `g
 
 Each backend's Minv is symmetric and inverts the Reference's crba (an independent algorithm:
 M is formed there, never here); the generated code also equals the Reference (proven against
-Pinocchio in test_minv_reference.py) at rel 1e-9 (float64) and 1e-4 (float32), on every bundled
-robot and 9 example-robot-data robots (fixed and floating bases, mimic joints), both layouts,
+Pinocchio in test_minv_reference.py) at rel 1e-9 (float64) and 1e-4 (float32), on CI's sample
+of robots (every bundled robot and 4 example-robot-data robots, tests/generated.py SAMPLE_ROBOTS:
+fixed and floating bases, mimic joints; all 14 CODEGEN_ROBOTS with GRID_FULL_SWEEP=1), both layouts,
 every tier, and with the deepest spill rung forced.
 
 In float32 the identity is judged as the reference tests judge an ill-conditioned robot

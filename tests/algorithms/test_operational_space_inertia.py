@@ -3,7 +3,8 @@ computeMinverse and getFrameJacobian in test_operational_space_inertia_reference
 emulation (CI; the GPU under the `gpu` marker), both layouts, every tier, the deepest spill rung
 forced, float64 and float32:
 
-* the default (leaf) frames of every CODEGEN_ROBOTS robot over all six rows (the shared library);
+* the default (leaf) frames of CI's sample of robots (tests/generated.py SAMPLE_ROBOTS; every
+  CODEGEN_ROBOTS robot with GRID_FULL_SWEEP=1) over all six rows (the shared library);
   where the reference refuses a frame (hyq's lower legs on the knee axis, the two-link arm's tip,
   atlas' head, pr2's cameras, tiago's wheels) every launch raises the reference's InputError, word
   for word;

@@ -1,5 +1,6 @@
 """CpuHandle: the generated code as optimised host C++ on the CPU's cores, equal to the
-reference on every code-generation robot for every algorithm that has an emitter.
+reference for every algorithm that has an emitter on CI's sample of the code-generation robots
+(tests/generated.py SAMPLE_ROBOTS; every robot with GRID_FULL_SWEEP=1).
 
 One library per robot holds every emitted algorithm, built once per process (and on disk
 by content hash, so pytest-xdist workers share it).
@@ -22,7 +23,7 @@ from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_q
 
 from tests.algorithms.test_operational_space_inertia import judge as judge_inertia
-from tests.generated import CODEGEN_ROBOTS, assert_solves, cpu_algorithms, emitted
+from tests.generated import SWEEP_ROBOTS, assert_solves, cpu_algorithms, emitted
 from tests.generated import cpu as generated_cpu
 
 EMITTED = [name for name in emitted() if not any(p.kind == "param" and p.default is None
@@ -80,7 +81,7 @@ def same(algorithm: str, robot, run, expected, x: dict, dtype, what: str):
     return out
 
 
-@pytest.mark.parametrize(("name", "algorithm"), [(n, a) for n in CODEGEN_ROBOTS for a in algorithms_of(n)])
+@pytest.mark.parametrize(("name", "algorithm"), [(n, a) for n in SWEEP_ROBOTS for a in algorithms_of(n)])
 def test_cpu_handle_equals_the_reference(name, algorithm, rng, general_calls):
     robot = load(name)
     alg = grid_core.algorithms()[algorithm]
