@@ -317,7 +317,8 @@ leaves to root: :math:`\tau_i = S_i^T f_i`, :math:`f_{\lambda(i)} \mathrel{+}= X
     emitter = InverseDynamicsEmitter
     derivatives = Rule(("q", "qd", "qdd", "f_ext"), ("inverse_dynamics_gradient", "crba", "inverse_dynamics"),
                        _jacobians, second=SecondRule(("q", "qd", "qdd"), ("idsva_so",), _hessians))
-    """Second derivatives (a double backward) in q, qd and qdd from idsva_so, built on the first one."""
+    """Second derivatives (a PyTorch double backward, a JAX Hessian) in q, qd and qdd from idsva_so, built on
+    the first one."""
 
     def inputs(self, robot: Robot):
         return dynamics_inputs(robot, "qdd")

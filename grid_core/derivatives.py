@@ -48,10 +48,11 @@ def _names(_, attribute, value) -> None:
 
 @attrs.frozen
 class SecondRule:
-    """An algorithm's second derivatives, for a double backward: the derivatives of its rule's
-    Jacobians.  ``inputs``: those it differentiates (a subset of the rule's; a Jacobian of another
-    input, or a derivative with respect to one, is not defined).  ``needs``: the generated kernels it
-    calls (a library of its own, built on the first double backward).
+    """An algorithm's second derivatives, for a double backward (PyTorch) or a Hessian (JAX): the
+    derivatives of its rule's Jacobians.  ``inputs``: those it differentiates (a subset of the
+    rule's; a Jacobian of another input, or a derivative with respect to one, is not defined).
+    ``needs``: the generated kernels it calls (a library of its own, built on the first second
+    derivative, unless the handle's holds them).
     ``hessians(kernels, x, params, wanted)``: ``{a: {b: H}}`` for the inputs ``a`` and ``b`` of
     ``inputs`` (``b`` in the set ``wanted``; an absent pair is zero), ``H[batch, *out, *in_a, *in_b]`` the
     derivative of the Jacobian in ``a`` with respect to ``b``, both in the tangent space for q (the

@@ -51,6 +51,11 @@ floating quadruped, a mimic arm, a humanoid."""
 DERIVATIVE_ROBOTS = ["iiwa14", "go2", "g1"]
 """The robots of the differentiable calls' tests (PyTorch gradcheck, JAX check_grads): a fixed arm and two
 floating bases, a humanoid among them."""
+SECOND_ORDER_IN_LIBRARY = ["g1"]
+"""The DERIVATIVE_ROBOTS whose CPU library holds the kernels of the second derivatives too (idsva_so, in
+its loop form on g1): g1's second-derivative tests (PyTorch gradgradcheck, JAX check_grads of order 2)
+call them from it, where a library of their own would be a second build of the humanoid; iiwa14's and
+go2's handles build theirs on the first second derivative (the lazy build those tests assert)."""
 CPU_GRADIENT_SAMPLE = NVCC_SAMPLE
 """CI's sample for the gradients on the CPU in both precisions (g++ -O3 of a humanoid's gradients takes
 minutes); every robot with GRID_FULL_SWEEP=1."""
@@ -133,6 +138,13 @@ def gradient_algorithms() -> list[str]:
     return sorted(set(rules) | {n for r in rules.values() for n in r.needs})
 
 
+def second_order_algorithms() -> list[str]:
+    """Every kernel the rules' second derivatives call (the second-order library's)."""
+    from grid_core.runtime.derivatives import registered_rules
+
+    return sorted({n for r in registered_rules().values() if r.second is not None for n in r.second.needs})
+
+
 def gradient_handle(name: str):
     """Robot ``name``'s CPU library (:func:`cpu`), which on DERIVATIVE_ROBOTS holds the differentiable
     calls and their rules' kernels (so it is its own gradient library): the PyTorch and JAX tests'."""
@@ -183,7 +195,8 @@ def cpu_algorithms(name: str, dtype=np.float64) -> list[str]:
     """What robot ``name``'s CPU library in ``dtype`` holds: every emitted algorithm but the GRADIENTS
     and the integration family, the GRADIENTS too on CPU_GRADIENT_SAMPLE (every robot with
     GRID_FULL_SWEEP=1), and in float64 what the tests of the integration family (INTEGRATOR_SAMPLE)
-    and of the differentiable calls (DERIVATIVE_ROBOTS: their rules' kernels) call on the CPU."""
+    and of the differentiable calls (DERIVATIVE_ROBOTS: their rules' kernels; on SECOND_ORDER_IN_LIBRARY
+    those of their second derivatives too) call on the CPU."""
     wanted = {a for a in emitted() if a not in GRADIENTS and a not in INTEGRATION}
     if FULL_SWEEP or name in CPU_GRADIENT_SAMPLE:
         wanted |= set(GRADIENTS) - set(INTEGRATION)
@@ -191,6 +204,8 @@ def cpu_algorithms(name: str, dtype=np.float64) -> list[str]:
         wanted |= set(INTEGRATION)
     if dtype is np.float64 and name in DERIVATIVE_ROBOTS:
         wanted |= set(gradient_algorithms())
+    if dtype is np.float64 and name in SECOND_ORDER_IN_LIBRARY:
+        wanted |= set(second_order_algorithms())
     return sorted(wanted)
 
 

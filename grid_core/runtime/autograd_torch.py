@@ -10,10 +10,11 @@ rule declares second derivatives (:class:`~grid_core.derivatives.SecondRule`: in
 q, qd and qdd) and the backward runs under ``create_graph``, the gradient is formed instead by
 PyTorch operations on the Jacobians of the operator ``grid::<algorithm>_jac``, whose backward
 ``grid::<algorithm>_jac_vjp`` contracts their gradients with the second derivatives (kernels of
-:func:`~grid_core.runtime.derivatives.second_order_backend`, built on the first double
-backward); elsewhere a double backward raises.  A handle's methods take this road when a
-tensor given to them requires grad (under grad mode); :class:`TorchOps` calls the operators
-directly, which is what ``torch.compile(fullgraph=True)`` traces.
+:func:`~grid_core.runtime.derivatives.second_order_backend`: the handle's library where it holds
+them, else built on the first double backward); elsewhere a double backward raises.  A handle's
+methods take this road when a tensor given to them requires grad (under grad mode);
+:class:`TorchOps` calls the operators directly, which is what ``torch.compile(fullgraph=True)``
+traces.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import numpy as np
 from ..errors import InputError
 from . import adapters
 from .derivatives import (Namespace, call_values, chart_of, gradient_backend, kernel_arguments, kernels_of, outputs_of,
-                          registered_rules, rule_of, second_order_backend, second_vjps, vjp, vjps)
+                          registered_rules, rule_of, second_order_backend, second_order_refusal, second_vjps, vjp,
+                          vjps)
 
 _HANDLES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 """handle key (the operators' first argument) -> backend"""
@@ -307,10 +309,7 @@ def _no_second_order(name: str, second=None, third: bool = False):
     def backward(ctx, *grads):
         if third:
             raise NotImplementedError(f"{name}: no third derivative")
-        where = f"in {', '.join(second.inputs)} alone" if second is not None else "none declared"
-        raise NotImplementedError(f"{name}: no second derivative of this gradient (its second derivatives: {where}; "
-                                  "a double backward needs every input differentiated among them); differentiate "
-                                  "once, or use finite differences")
+        raise NotImplementedError(second_order_refusal(name, second))
 
     return backward
 

@@ -25,6 +25,7 @@ tensors and JAX arrays share, given by the framework's namespace ``xp``
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -36,7 +37,7 @@ from ..model.robot import JointType
 
 __all__ = ["Chart", "Kernels", "Namespace", "Rule", "chart_of", "gradient_backend", "jvps", "call_values",
            "kernel_arguments", "kernels_of", "outputs_of", "registered_rules", "rule_of", "second_order_backend",
-           "second_vjps", "vjps"]
+           "second_jvps", "second_order_refusal", "second_vjps", "tangent_of_q", "vjps"]
 
 
 def registered_rules() -> dict[str, Rule]:
@@ -185,16 +186,19 @@ def vjps(rule: Rule, kernels: Kernels, x: dict, params: dict, grads, wanted: set
     return result
 
 
-def jvps(rule: Rule, kernels: Kernels, x: dict, params: dict, tangents: dict, chart: Chart, outs, primal=None):
+def jvps(rule: Rule, kernels: Kernels, x: dict, params: dict, tangents: dict, chart: Chart, outs, primal=None,
+         jacobians: Callable | None = None):
     """The outputs' tangents (a tuple for several outputs) for the inputs' ``tangents``
     (batched; those absent are zero), or None when none is given; q's through the chart at q, a
-    configuration output's through the chart at it (``primal``: the outputs, batched)."""
+    configuration output's through the chart at it (``primal``: the outputs, batched).
+    ``jacobians(x, params, wanted)``: the Jacobians (``rule.jacobians`` through ``kernels`` when
+    None; the JAX rules pass a differentiable form of them)."""
     if not tangents:
         return None
     tangents = dict(tangents)
     if "q" in tangents and not chart.identity:
-        tangents["q"] = (chart.matrix(kernels.xp, x["q"]) @ tangents["q"][..., None])[..., 0]
-    J = rule.jacobians(kernels, x, params, set(tangents))
+        tangents["q"] = tangent_of_q(chart, kernels.xp, x["q"], tangents["q"])
+    J = (jacobians or functools.partial(rule.jacobians, kernels))(x, params, set(tangents))
     several = len(outs) > 1
     totals = []
     for o, (nd, conf) in enumerate(outs):
@@ -206,6 +210,38 @@ def jvps(rule: Rule, kernels: Kernels, x: dict, params: dict, tangents: dict, ch
             total = (chart.lift(kernels.xp, (primal if several else (primal,))[o]) @ total[..., None])[..., 0]
         totals.append(total)
     return tuple(totals) if several else totals[0]
+
+
+def tangent_of_q(chart: Chart, xp: Namespace, q, dq):
+    """A tangent ``dq`` of q's coordinates (``(B, nq)``) at ``q`` as the tangent-space one (``(B, nv)``)."""
+    return (chart.matrix(xp, q) @ dq[..., None])[..., 0]
+
+
+def second_jvps(rule: Rule, kernels: Kernels, x: dict, params: dict, tangents: dict, wanted, chart: Chart) -> dict:
+    """The tangents of the rule's tangent Jacobians of the ``wanted`` inputs (``{input: (B, *out,
+    *in)}``) for the inputs' ``tangents`` (batched, q's in its coordinates; those absent zero): the
+    second derivatives (:class:`~grid_core.derivatives.SecondRule`) times them, q's through the chart
+    at q; an input of ``wanted`` without a term is absent.  :func:`second_vjps` transposed."""
+    tangents = dict(tangents)
+    if "q" in tangents and not chart.identity:
+        tangents["q"] = tangent_of_q(chart, kernels.xp, x["q"], tangents["q"])
+    H = rule.second.hessians(kernels, x, params, set(tangents))
+    result = {}
+    for a in wanted:
+        for b, h in H.get(a, {}).items():
+            if b in tangents:
+                term = jvp(h, tangents[b], h.ndim - tangents[b].ndim)
+                result[a] = term if a not in result else result[a] + term
+    return result
+
+
+def second_order_refusal(name: str, second) -> str:
+    """The one line refusing a second derivative of algorithm ``name``'s gradient (``second``: its
+    :class:`~grid_core.derivatives.SecondRule`, or None) where an input differentiated is not among
+    its second derivatives' (or it has none)."""
+    where = f"in {', '.join(second.inputs)} alone" if second is not None else "none declared"
+    return (f"{name}: no second derivative of this gradient (its second derivatives: {where}; a second "
+            "derivative needs every input differentiated among them); differentiate once, or use finite differences")
 
 
 def vjp(g, J, out_ndim: int):
@@ -269,11 +305,12 @@ def second_vjps(rule: Rule, kernels: Kernels, x: dict, params: dict, grads: dict
 
 
 def second_order_backend(backend):
-    """The build of ``backend``'s robot holding the kernels of its rules' second derivatives
-    (:attr:`~grid_core.derivatives.SecondRule.needs`, idsva_so for inverse dynamics) and nothing
-    else, built once, on the first double backward, and kept on ``backend``: a handle's own library
-    and its gradient library never hold them (idsva_so's straight-line code is too large to compile
-    for a humanoid)."""
+    """The build holding the kernels of the second derivatives of ``backend``'s rules
+    (:attr:`~grid_core.derivatives.SecondRule.needs`, idsva_so for inverse dynamics): ``backend``
+    itself where its library holds them (a handle built with them listed), else the build of its
+    robot holding them and nothing else, built once, on the first second derivative, and kept on
+    ``backend`` (a handle's gradient library never holds them: the first derivatives do not need
+    them, and idsva_so's code is the largest of a robot's)."""
     sb = backend.__dict__.get("_second_order_backend")
     if sb is None:
         from ..hooks import registry
@@ -281,6 +318,9 @@ def second_order_backend(backend):
         rules = registered_rules()
         needs = {n for a in backend._emitted() if a in rules and rules[a].second is not None
                  for n in rules[a].second.needs}
+        if needs <= set(backend._emitted()):
+            backend.__dict__["_second_order_backend"] = backend
+            return backend
         sb = backend._copy("_port_cache", "_frame_builds", "_jax_functions", "_gradient_backend", "_torch_key",
                            "_second_order_backend")
         sb.algorithms = [a for a in registry().algorithms if a in needs]

@@ -6,8 +6,8 @@ with XLA's buffers: no copy, no synchronisation, and the call composes with the 
 JAX program.  It works eagerly and under ``jax.jit`` and ``jax.vmap`` (a vmapped call is
 one larger batch).  Params (``gravity``, ``dt``) are attributes of the call, so under
 ``jax.jit`` they must be concrete values, not traced ones.  The differentiable algorithms
-carry first-order derivative rules (:mod:`.jax_rules`: ``jax.grad``, ``jax.jacfwd``,
-``jax.jacrev``); ``jax.grad`` through another raises JAX's own error.
+carry derivative rules (:mod:`.jax_rules`: ``jax.grad``, ``jax.jacfwd``, ``jax.jacrev``, and
+second derivatives of inverse dynamics); ``jax.grad`` through another raises JAX's own error.
 
 The call plan (:mod:`.plan`) judges JAX arrays as it judges the others, through
 :data:`JAX`: eagerly before the call, and when JAX traces it (shapes and dtypes, under

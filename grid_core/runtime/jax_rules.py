@@ -3,14 +3,20 @@
 
 The XLA FFI call of such an algorithm (:mod:`.jax_ffi`) is a ``jax.custom_jvp`` whose tangent
 is the Jacobians of :mod:`~grid_core.runtime.derivatives` at the primal (the generated gradient
-kernels, through the handle's gradient library, each an FFI call itself, never differentiated)
-times the inputs' tangents: a map linear in the tangents, which JAX transposes for reverse mode.  So
-``jax.jvp``, ``jax.jacfwd``, ``jax.grad``, ``jax.vjp`` and ``jax.jacrev`` all hold, under
-``jax.jit`` and ``jax.vmap``.  Only the tangents given are contracted (``symbolic_zeros``): a
-gradient with respect to q alone calls no ``f_ext`` kernel.  No second derivative: the
-tangent's own derivative would differentiate the gradient kernels, which have no rule here (the
-second derivatives of inverse dynamics are wired into PyTorch's double backward only), and JAX
-says so.
+kernels, through the handle's gradient library) times the inputs' tangents: a map linear in the
+tangents, which JAX transposes for reverse mode.  So ``jax.jvp``, ``jax.jacfwd``, ``jax.grad``,
+``jax.vjp`` and ``jax.jacrev`` all hold, under ``jax.jit`` and ``jax.vmap``.  Only the tangents
+given are contracted (``symbolic_zeros``): a gradient with respect to q alone calls no ``f_ext``
+kernel.
+
+The Jacobians are themselves a ``jax.custom_jvp`` function of the state inputs, whose tangent is
+the rule's second derivatives (:class:`~grid_core.derivatives.SecondRule`: idsva_so's tensors for
+inverse dynamics in q, qd and qdd, through :func:`~grid_core.runtime.derivatives.second_order_backend`)
+times the inputs' tangents; the contraction and the free-flyer chart are JAX operations.  So a
+second derivative (``jax.hessian``, ``jax.jacfwd`` of ``jax.grad``, ``jax.grad`` of a
+vector-Jacobian product) of inverse dynamics in q, qd and qdd holds in every mode; one with respect
+to another input, or of another call's gradient, raises ``NotImplementedError``.  No third
+derivative (the second-order kernels have no rule).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import functools
 
 import numpy as np
 
-from .derivatives import Namespace, call_values, chart_of, gradient_backend, jvps, kernels_of, outputs_of, registered_rules
+from .derivatives import (Namespace, call_values, chart_of, gradient_backend, jvps, kernels_of, outputs_of,
+                          registered_rules, second_jvps, second_order_backend, second_order_refusal)
 
 
 @functools.cache
@@ -62,7 +69,7 @@ def differentiable(backend, plan, present, params, core, raw):
     f = jax.custom_jvp(core)
 
     def _jvp(primals, tangents):
-        y = core(*primals)
+        y = f(*primals)  # (f itself: the primal differentiable again, for a second derivative)
         given = {n: t for n, t in zip(names, tangents) if n in rule.inputs and not isinstance(t, SymbolicZero)}
         if not given:
             return y, jax.tree_util.tree_map(jnp.zeros_like, y)
@@ -73,11 +80,51 @@ def differentiable(backend, plan, present, params, core, raw):
         gb = gradient_backend(backend)
         kernels = kernels_of(gb, lambda name, xs, ps: kernel(gb, name, xs, ps), _namespace())
         ys = jax.tree_util.tree_map(lambda a: a[None] if single else a, y)
-        ty = jvps(rule, kernels, x, values, t, chart_of(gb), outs, ys)
+        jacobians = _differentiable_jacobians(plan.name, rule, kernels, lambda: second_order_backend(backend),
+                                              chart_of(gb), kernel)
+        ty = jvps(rule, kernels, x, values, t, chart_of(gb), outs, ys, jacobians)
         return y, jax.tree_util.tree_map(lambda a: a[0] if single else a, ty)
 
     f.defjvp(_jvp, symbolic_zeros=True)
     return f
+
+
+def _differentiable_jacobians(name: str, rule, kernels, second, chart, kernel):
+    """``rule.jacobians`` as a function ``(x, params, wanted)`` whose result JAX differentiates: a
+    ``jax.custom_jvp`` of the state inputs whose tangent is the rule's second derivatives times
+    theirs (:func:`~grid_core.runtime.derivatives.second_jvps`), its kernels those of the build
+    ``second()`` (asked for on the first second derivative); ``kernel(backend, name, xs, ps)``
+    runs one kernel of a build.  A second derivative the rule does not declare raises
+    ``NotImplementedError``."""
+    import jax
+    import jax.numpy as jnp
+    from jax.custom_derivatives import SymbolicZero
+
+    def jacobians(x, params, wanted):
+        names, wanted = tuple(x), tuple(sorted(wanted))
+
+        @jax.custom_jvp
+        def jac(*xs):
+            J = rule.jacobians(kernels, dict(zip(names, xs)), params, set(wanted))
+            return {k: J[k] for k in wanted}
+
+        def jac_jvp(primals, tangents):
+            J = jac(*primals)
+            t = {n: d for n, d in zip(names, tangents) if not isinstance(d, SymbolicZero)}
+            if not t:
+                return J, jax.tree_util.tree_map(jnp.zeros_like, J)
+            s = rule.second
+            if s is None or not set(t) | set(wanted) <= set(s.inputs):
+                raise NotImplementedError(second_order_refusal(name, s))
+            sb = second()
+            sk = kernels_of(sb, lambda alg, xs, ps: kernel(sb, alg, xs, ps), _namespace())
+            dJ = second_jvps(rule, sk, dict(zip(names, primals)), params, t, wanted, chart)
+            return J, {k: dJ[k] if k in dJ else jnp.zeros_like(J[k]) for k in wanted}
+
+        jac.defjvp(jac_jvp, symbolic_zeros=True)
+        return jac(*(x[n] for n in names))
+
+    return jacobians
 
 
 def _split(plan, flat) -> list:

@@ -19,8 +19,8 @@ from grid_core.errors import InputError  # noqa: E402
 from grid_core.runtime import autograd_torch  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
-from tests.generated import (DIFFERENTIABLE_PARAMS, differentiable_call, differentiable_inputs,  # noqa: E402
-                             gradient_gpu_handle, gradient_handle, integrator_handle)
+from tests.generated import (DIFFERENTIABLE_PARAMS, SECOND_ORDER_IN_LIBRARY, differentiable_call,  # noqa: E402
+                             differentiable_inputs, gradient_gpu_handle, gradient_handle, integrator_handle)
 
 ROBOTS = ["iiwa14", "go2", "g1"]
 RULES = registered_rules()
@@ -156,25 +156,29 @@ def test_grad_mode_and_refusals(rng):
         h.inverse_dynamics(x["q"], bad, x["qdd"])
 
 
-@pytest.mark.parametrize("name", ["iiwa14", "go2"])
+@pytest.mark.parametrize("name", ROBOTS)
 def test_gradgradcheck_of_inverse_dynamics(name, rng):
     """Double backward of inverse dynamics in q, qd and qdd (f_ext given, held): the gradient
     formed, under create_graph, from the Jacobians' operator, whose backward is idsva_so's second
-    derivatives, and on go2 from the chart at q (differentiated by PyTorch), held to finite
-    differences of the analytic first derivatives by gradgradcheck in float64.  The second-order
-    library (idsva_so and what it composes) is built by the first double backward, never by the
-    handle or a first backward."""
+    derivatives, and on the free-flyers from the chart at q (differentiated by PyTorch), held to finite
+    differences of the analytic first derivatives by gradgradcheck in float64.  iiwa14's and go2's
+    second-order library (idsva_so and what it composes) is built by the first double backward, never
+    by the handle or a first backward; g1's CPU library holds idsva_so (SECOND_ORDER_IN_LIBRARY), which
+    is then its own second-order library."""
     h = cpu(name)
     x = inputs(name, "inverse_dynamics", rng)
     f_ext = x["f_ext"].detach()
     h.inverse_dynamics(x["q"], x["qd"], x["qdd"], f_ext).sum().backward()
-    assert "idsva_so" not in h._emitted() and "idsva_so" not in gradient_backend(h)._emitted()
+    shared = name in SECOND_ORDER_IN_LIBRARY
+    assert ("idsva_so" in h._emitted()) == shared and ("idsva_so" in gradient_backend(h)._emitted()) == shared
 
     def call(q, qd, qdd):
         return h.inverse_dynamics(q, qd, qdd, f_ext)
 
-    assert torch.autograd.gradgradcheck(call, (x["q"], x["qd"], x["qdd"]))
-    assert h.__dict__["_second_order_backend"].algorithms == ["idsva_so"]  # (with what it composes)
+    # g1 (2 x 106 inputs: a double backward per gradient element in full mode): the fast mode's projections
+    assert torch.autograd.gradgradcheck(call, (x["q"], x["qd"], x["qdd"]), fast_mode=name == "g1")
+    sb = h.__dict__["_second_order_backend"]
+    assert sb is h if shared else sb.algorithms == ["idsva_so"]  # (with what it composes)
 
 
 def test_double_backward_raises_where_no_second_derivative_exists(rng):

@@ -1,7 +1,8 @@
 """JAX derivative rules of the differentiable calls (grid_core.runtime.jax_rules) on XLA:CPU with
 CpuHandle libraries: ``jax.test_util.check_grads`` (forward and reverse mode, float64) of every
-op on a fixed arm and two floating bases, and the transformations composed (jit, vmap, grad,
-jacfwd, jacrev) against central differences of the Reference."""
+op on a fixed arm and two floating bases, of order 2 for inverse dynamics (its second derivatives
+from idsva_so), and the transformations composed (jit, vmap, grad, jacfwd, jacrev) against central
+differences of the Reference."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from conftest import load  # noqa: E402
 from grid_core import Reference  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
-from tests.generated import (DIFFERENTIABLE_PARAMS, differentiable_call, differentiable_inputs,  # noqa: E402
-                             gradient_gpu_handle, gradient_handle, integrator_handle)
+from tests.generated import (DIFFERENTIABLE_PARAMS, SECOND_ORDER_IN_LIBRARY, differentiable_call,  # noqa: E402
+                             differentiable_inputs, gradient_gpu_handle, gradient_handle, integrator_handle)
 
 ROBOTS = ["iiwa14", "go2", "g1"]
 RULES = registered_rules()
@@ -106,12 +107,50 @@ def test_a_handle_of_the_forward_op_builds_its_gradient_library(rng):
     assert gradient_backend(h) is not h and "inverse_dynamics_gradient" in gradient_backend(h)._emitted()
 
 
-def test_no_second_derivative(rng):
+@pytest.mark.parametrize("name", ROBOTS)
+def test_check_grads_of_order_two_of_inverse_dynamics(name, rng):
+    """Second derivatives of inverse dynamics in q, qd and qdd (f_ext given, held), through the
+    Jacobians' rule (idsva_so's tensors) and on the free-flyers the chart (differentiated by JAX):
+    check_grads of order 2 in both modes (forward over forward, reverse over reverse and their
+    mixes) against finite differences of the analytic first derivatives, in float64; the values
+    against the Reference, and the Hessian in qd of a weighted sum of tau (jax.jit of jax.hessian,
+    jax.jacfwd and jax.jacrev of jax.grad) against the Reference's d2tau_dqd2.  iiwa14's and go2's second-order
+    library is built by the first second derivative; g1's CPU library holds idsva_so
+    (SECOND_ORDER_IN_LIBRARY) and is its own."""
+    h = cpu(name)
+    q, qd, qdd, f_ext = inputs(name, "inverse_dynamics", rng)
+    ref = Reference(load(name))
+
+    def call(a, b, c):
+        return h.inverse_dynamics(a, b, c, f_ext)
+
+    expected = ref.inverse_dynamics(*map(np.asarray, (q, qd, qdd, f_ext)))
+    np.testing.assert_allclose(np.asarray(call(q, qd, qdd)), expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+    check_grads(call, (q, qd, qdd), order=2, modes=("fwd", "rev"))
+    w = jnp.asarray(rng.normal(size=qd.shape[1]))
+
+    def weighted(b):
+        return h.inverse_dynamics(q[0], b, qdd[0], f_ext[0]) @ w
+
+    d2qd = ref.idsva_so(*(np.asarray(a[0]) for a in (q, qd, qdd, f_ext)))[1]
+    for hessian in (jax.jit(jax.hessian(weighted)), jax.jacfwd(jax.grad(weighted)), jax.jacrev(jax.grad(weighted))):
+        np.testing.assert_allclose(np.asarray(hessian(qd[0])), np.einsum("i,ijk->jk", np.asarray(w), d2qd),
+                                   rtol=1e-9, atol=1e-9 * np.abs(d2qd).max())
+    sb = h.__dict__["_second_order_backend"]
+    assert sb is h if name in SECOND_ORDER_IN_LIBRARY else sb.algorithms == ["idsva_so"]
+
+
+def test_second_derivatives_not_declared_raise(rng):
+    """A second derivative whose first was taken in f_ext (inverse dynamics' second derivatives are
+    in q, qd and qdd alone), or of a call without second derivatives, raises in one line."""
     h = cpu("iiwa14")
-    q, qd, qdd, _ = inputs("iiwa14", "inverse_dynamics", rng)
-    # the tangent's kernels carry no rule (no second-order kernel yet): JAX's own refusal
-    with pytest.raises(ValueError, match="cannot be differentiated"):
-        jax.hessian(lambda a: jnp.sum(h.inverse_dynamics(a, qd, qdd)))(q)
+    q, qd, qdd, f_ext = inputs("iiwa14", "inverse_dynamics", rng)
+    with pytest.raises(NotImplementedError, match=r"^inverse_dynamics: no second derivative of this gradient "
+                       r"\(its second derivatives: in q, qd, qdd alone;"):
+        jax.jacfwd(jax.grad(lambda a, e: jnp.sum(h.inverse_dynamics(a, qd, qdd, e)), argnums=(0, 1)))(q, f_ext)
+    with pytest.raises(NotImplementedError, match=r"^crba: no second derivative of this gradient \(its second "
+                       "derivatives: none declared;"):
+        jax.hessian(lambda a: jnp.sum(h.crba(a)))(q)
 
 
 @pytest.mark.gpu
