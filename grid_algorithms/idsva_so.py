@@ -607,6 +607,12 @@ class ColumnLoops:
         return [n.For(f"int x = {self.pfx}_ZERO[2 * {z}]", f"x < {self.pfx}_ZERO[2 * {z} + 1]", "++x",
                       [n.Stmt(f"{self.out[_TENSORS[t]]('x')} = T(0)")])]
 
+    def zero_run(self, z: str, t: int) -> n.Stmt:
+        """Zero run ``z`` of tensor ``t`` in the per-state code (``grid_zero_run``: nothing to store
+        in the CPU build, which zeroes each row whole before storing its cells)."""
+        return n.Stmt(f"grid_zero_run({self.out[_TENSORS[t]].base}, {self.pfx}_ZERO[2 * {z}], "
+                      f"{self.pfx}_ZERO[2 * {z} + 1])")
+
     def zero_runs(self, t: int) -> tuple[int, int]:
         """Tensor ``t``'s zero runs ``[first, end)`` (indices of the ZERO table's runs)."""
         return self.tables["ZERO_RUNS"][t], self.tables["ZERO_RUNS"][t + 1]
@@ -708,6 +714,14 @@ class IdsvaSOEmitter(Emitter):
         return (f"Contractions: loops over baked tables ({len(Cells(layers.robot).terms)} cells written, above the "
                 f"{LOOP_CELLS} of the unrolled form).")
 
+    def direct_outputs(self, layers) -> dict[str, int]:
+        # the loop form assigns each written cell once (its zeros in runs): on the CPU the cells are
+        # kept and the rows written from them, not a group's local copy of the tensors (3.5 MB on atlas)
+        if self._form(layers) != "loops":
+            return {}
+        cells = Cells(layers.robot).terms
+        return {name: sum(1 for t, _ in cells if t == k) for k, name in enumerate(_TENSORS)}
+
     def _steps(self, layers, local: bool):
         rnea = layers.steps("inverse_dynamics", local=local, every_body=("v",))
         world = layers.steps("inverse_dynamics_gradient", local=local, rnea=rnea)
@@ -779,7 +793,7 @@ class IdsvaSOEmitter(Emitter):
         for t in range(4):
             if isinstance(cols, ColumnLoops):
                 first, end = cols.zero_runs(t)
-                zeros.append(n.For(f"int z = {first}", f"z < {end}", "++z", cols.zeros("z", t)))
+                zeros.append(n.For(f"int z = {first}", f"z < {end}", "++z", [cols.zero_run("z", t)]))
                 continue
             for a, b in cols.cells.zeros(t):
                 zeros.append(n.For(f"int c = {a}", f"c < {b}", "++c", [n.Stmt(f"{cols.out[_TENSORS[t]]('c')} = T(0)")]))

@@ -503,12 +503,13 @@ class Composer:
         return layers
 
 
-def shared_helpers(emitters) -> list:
+def shared_helpers(emitters, groups=()) -> list:
     """The framework's helper groups the selected emitters declare
-    (:attr:`~grid_core.emit.emitter.Emitter.shared_helpers`), each once, in a fixed order."""
+    (:attr:`~grid_core.emit.emitter.Emitter.shared_helpers`) and ``groups`` (their layers' for
+    this robot, :attr:`~grid_core.emit.layers.Layers.helper_groups`), each once, in a fixed order."""
     from .emit.lie_steps import SHARED_HELPERS
 
-    wanted = {g for e in emitters for g in e.shared_helpers}
+    wanted = {g for e in emitters for g in e.shared_helpers} | set(groups)
     unknown = wanted - set(SHARED_HELPERS)
     if unknown:
         raise CodegenError(f"unknown shared helper group(s) {sorted(unknown)} (known: {', '.join(SHARED_HELPERS)})")
@@ -568,7 +569,7 @@ def generate(robot, algorithms=None, *, registry=None, **options) -> str:
         n.Blank(),
         *ximats_helpers(robot),
         n.Blank(),
-        *shared_helpers(emitters),
+        *shared_helpers(emitters, [g for alg in selected for g in composer.layers(alg.name).helper_groups]),
         *grid_data(robot, fields),
         *algo_nodes,
     ]

@@ -169,6 +169,16 @@ class Emitter:
     def __init__(self, algorithm: "Algorithm"):
         self.algorithm = algorithm
 
+    def direct_outputs(self, layers) -> dict[str, int]:
+        """Outputs the per-state code only assigns, never reads back (``out[i] = value``, runs of
+        structural zeros through ``grid_zero_run``), each with the most assignments it makes: the
+        CPU build keeps a group's assignments (``grid_lane_cells``) and writes each state's row
+        from them (zeroed, then its cells), instead of running the code on a local copy of the
+        whole output that is transposed out after.  For large, mostly zero outputs (idsva_so's
+        loop form: atlas's four nv^3 tensors, 864 KB a state, 91% structural zeros).  Default:
+        none."""
+        return {}
+
     def block_threads_hint(self, robot: "Robot") -> int:
         """The widest useful parallel region of the block-cooperative layout."""
         return robot.num_bodies

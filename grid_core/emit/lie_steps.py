@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from . import lane_cells
 from . import nodes as n
 
 SERIES_TERMS = 12
@@ -171,5 +172,5 @@ def helpers() -> list:
     ]
 
 
-SHARED_HELPERS = {"lie": helpers}
+SHARED_HELPERS = {"lie": helpers, "lane_cells": lane_cells.helpers}
 """The helper groups an emitter may declare (:attr:`~grid_core.emit.emitter.Emitter.shared_helpers`)."""
