@@ -280,11 +280,13 @@ def backend_cases() -> list:
 def robot_cases(kinds=("emulated", "gpu"), spills=(False, True), robots=None) -> list:
     """``(kind, name, spill)`` parameters: host emulation on CI's sample (SWEEP_ROBOTS: every
     CODEGEN_ROBOTS robot under GRID_FULL_SWEEP=1) or the robots of ``robots``, the GPU on GPU_ROBOTS
-    (each library is an nvcc build of tens of seconds on the device machine)."""
+    (each library is an nvcc build of tens of seconds on the device machine), those of them among
+    ``robots`` where it is given (a test whose premise holds on its robots only)."""
     out = []
     for kind in kinds:
         marks = [pytest.mark.gpu] if kind == "gpu" else []
-        for name in (GPU_ROBOTS if kind == "gpu" else robots or SWEEP_ROBOTS):
+        gpu = GPU_ROBOTS if robots is None else [r for r in GPU_ROBOTS if r in robots]
+        for name in (gpu if kind == "gpu" else robots or SWEEP_ROBOTS):
             for spill in spills:
                 rung = "deepest-rung" if spill else "rung0"
                 out.append(pytest.param(kind, name, spill, id=f"{kind}-{name}-{rung}", marks=marks))
