@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import load
+from grid_core.arena import SM90_OPTIN_SMEM_BYTES, Tier
 
 # The robots the generated code is proven on (GRID_FULL_SWEEP=1; CI runs SAMPLE_ROBOTS): every
 # bundled robot and 9 example-robot-data robots (fixed arms, mimic joints, continuous joints,
@@ -45,9 +46,9 @@ gradient into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here
 under GRID_FULL_SWEEP=1."""
 GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient", "end_effector_pose_hessian", "integrator_gradient")
 """The heavy derivatives, compiled with nvcc and run on the CPU backend on CI's samples only."""
-INTEGRATOR_SAMPLE = ["iiwa14", "go2", "erd:panda", "g1"]
+INTEGRATOR_SAMPLE = CODEGEN_ROBOTS if FULL_SWEEP else ["iiwa14", "go2", "erd:panda", "g1"]
 """CI's robots of the integration family's tests (tests/algorithms/test_integrator*.py): a fixed arm, a
-floating quadruped, a mimic arm, a humanoid."""
+floating quadruped, a mimic arm, a humanoid; every CODEGEN_ROBOTS robot under GRID_FULL_SWEEP=1."""
 DERIVATIVE_ROBOTS = ["iiwa14", "go2", "g1"]
 """The robots of the differentiable calls' tests (PyTorch gradcheck, JAX check_grads): a fixed arm and two
 floating bases, a humanoid among them."""
@@ -196,11 +197,12 @@ def cpu_algorithms(name: str, dtype=np.float64) -> list[str]:
     and the integration family, the GRADIENTS too on CPU_GRADIENT_SAMPLE (every robot with
     GRID_FULL_SWEEP=1), and in float64 what the tests of the integration family (INTEGRATOR_SAMPLE)
     and of the differentiable calls (DERIVATIVE_ROBOTS: their rules' kernels; on SECOND_ORDER_IN_LIBRARY
-    those of their second derivatives too) call on the CPU."""
+    those of their second derivatives too) call on the CPU (the integration family in float32 too under
+    GRID_FULL_SWEEP=1)."""
     wanted = {a for a in emitted() if a not in GRADIENTS and a not in INTEGRATION}
     if FULL_SWEEP or name in CPU_GRADIENT_SAMPLE:
         wanted |= set(GRADIENTS) - set(INTEGRATION)
-    if dtype is np.float64 and name in INTEGRATOR_SAMPLE:
+    if (dtype is np.float64 or FULL_SWEEP) and name in INTEGRATOR_SAMPLE:
         wanted |= set(INTEGRATION)
     if dtype is np.float64 and name in DERIVATIVE_ROBOTS:
         wanted |= set(gradient_algorithms())
@@ -222,22 +224,26 @@ def cpu(name: str, dtype=np.float64, threads: int | None = None):
     return handle
 
 
-def integration_library(kind: str, name: str, method: str, spill: bool = False, dtype=np.float64):
+def integration_library(kind: str, name: str, method: str, target: int | None = None, dtype=np.float64):
     """The integration family generated for ``method`` (fixed at generation time) on robot ``name``,
-    host-emulated (``spill``: the deepest rung forced) or on the CPU: the robot's shared library for
-    the default method, else :func:`method_library`."""
+    host-emulated at the shared-memory ``target`` of :func:`rung_targets` (0: the deepest rung
+    forced) or on the CPU: the robot's shared library for the default method at the default target
+    or 0, else :func:`method_library`."""
     from grid_core.algorithm import INTEGRATION_METHODS
 
-    if method == INTEGRATION_METHODS[0]:
-        return cpu(name, dtype) if kind == "cpu" else backend(kind, name, spill, dtype)
-    return method_library(kind, name, method, spill, dtype)
+    if kind == "cpu" and method == INTEGRATION_METHODS[0]:
+        return cpu(name, dtype)
+    if method == INTEGRATION_METHODS[0] and target in (None, 0):
+        return backend(kind, name, target == 0, dtype)
+    return method_library(kind, name, method, target, dtype)
 
 
 @functools.cache
-def method_library(kind: str, name: str, method: str, spill: bool, dtype):
+def method_library(kind: str, name: str, method: str, target: int | None, dtype):
     """The integrator and, where ``method`` has it generated (the Euler methods), its gradient,
-    generated for ``method`` (with what they compose): one library per method, robot, rung and
-    precision, shared by the integrator's and its gradient's tests."""
+    generated for ``method`` (with what they compose) at the shared-memory ``target`` (None: the
+    default): one library per method, robot, target and precision, shared by the integrator's and
+    its gradient's tests."""
     from grid_core import CpuHandle
     from grid_core.testing import Emulated
 
@@ -246,8 +252,7 @@ def method_library(kind: str, name: str, method: str, spill: bool, dtype):
     if kind == "cpu":
         handle = CpuHandle(load(name), algorithms, dtype, quiet=True, **opts)
     else:
-        handle = Emulated(load(name), algorithms, dtype, quiet=True, **opts,
-                          **({"target_shared_mem_bytes": 0} if spill else {}))
+        handle = Emulated(load(name), algorithms, dtype, quiet=True, **opts, **rung_options(target))
     handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
     return handle
 
@@ -262,6 +267,70 @@ def differentiable_inputs(name: str, alg: str, rng, n: int) -> dict:
     for k in registered_rules()[alg].inputs[1:]:
         x[k] = rng.uniform(-1, 1, (n, *((robot.num_bodies, 6) if k == "f_ext" else (robot.nv,))))
     return x
+
+
+DEFAULT_RUNGS = (("rung0", None), ("deepest-rung", 0))
+"""The two builds every algorithm's tests start from: the default target and the deepest rung."""
+
+
+@functools.cache
+def rung_targets(algorithm: str, name: str, options: tuple = ()) -> tuple:
+    """``(label, target_shared_mem_bytes)`` of the builds of ``algorithm`` on robot ``name`` that
+    together run every rung of its spill ladder, each forced in turn on a tier: the default target
+    (``"rung0"``: SHARED and LITE on the lowest rungs fitting the sm_90 opt-in cap and 48 KB, MINIMAL on
+    the deepest), a target of 0 (``"deepest-rung"``: every tier on the deepest), then, for each rung
+    neither reaches, the target of exactly that rung's shared memory (``"forced-rung<k>"``: SHARED falls on
+    it).  A rung above the sm_90 opt-in cap (a humanoid's second-order tensors in shared memory) is no
+    tier's on that robot and no launch's (host emulation refuses it as the device would): left out.
+    ``options``: the algorithm's generation options
+    as ``((option, value), ...)`` (the integrator's method)."""
+    from grid_core.composer import GenerateOptions, plan_arena
+    from grid_core.hooks import registry
+
+    robot, alg = load(name), registry().algorithm(algorithm)
+    opts = {"algorithm_options": {algorithm: dict(options)}} if options else {}
+
+    def plan(target):
+        return plan_arena(alg, robot, GenerateOptions(target_shared_mem_bytes=target, **opts))
+
+    out, covered = list(DEFAULT_RUNGS), set()
+    for _, target in out:
+        covered |= set(plan(target).rung_of_tier.values())
+    rungs = plan(None).rungs
+    for k, rung in enumerate(rungs):
+        if k in covered or plan(None).smem_elements(rung) * 8 > SM90_OPTIN_SMEM_BYTES:
+            continue
+        target = plan(None).smem_elements(rung) * 8
+        got = plan(target)
+        shared = got.rung_of_tier[Tier.SHARED]
+        # a lower rung of the same shared memory places every region as rung k does: the same code
+        assert shared == k or got.placements(rungs[shared]) == got.placements(rung), (algorithm, name, k)
+        covered |= set(got.rung_of_tier.values()) | {k}
+        out.append((f"forced-rung{k}", target))
+    return tuple(out)
+
+
+EVERY_RUNG = "every rung"
+"""In :func:`rung_cases`' CI choice: every build of :func:`rung_targets`."""
+
+
+def rung_cases(algorithm: str, ci: dict, options: tuple = (), robots=None) -> list:
+    """``(name, target)`` parameters of ``algorithm``'s tests, ids ``<robot>-<label>``: every build of
+    :func:`rung_targets` on every robot of ``robots`` (CODEGEN_ROBOTS) under GRID_FULL_SWEEP=1, CI's
+    choice else: ``ci`` maps a robot to the labels it runs (or :data:`EVERY_RUNG`)."""
+    out = []
+    for name in (robots or CODEGEN_ROBOTS) if FULL_SWEEP else ci:
+        # the two default builds need no plan (a humanoid's plans the composed callees' cells: 15 s on atlas)
+        builds = rung_targets(algorithm, name, options) if FULL_SWEEP or ci[name] == EVERY_RUNG else DEFAULT_RUNGS
+        for label, target in builds:
+            if FULL_SWEEP or ci[name] == EVERY_RUNG or label in ci[name]:
+                out.append(pytest.param(name, target, id=f"{name}-{label}"))
+    return out
+
+
+def rung_options(target) -> dict:
+    """The generation option of one of :func:`rung_targets`' targets (None: the default)."""
+    return {} if target is None else {"target_shared_mem_bytes": target}
 
 
 def emulated(name: str, spill: bool, dtype=np.float64):

@@ -4,11 +4,21 @@ the block layout and the per-state layout) and on the CPU backend, and against c
 differences of Pinocchio's computeABADerivatives here too.
 
 Each library holds fdsva_so and what it composes (it is not in the default set,
-Emitter.in_default_set, like idsva_so): iiwa14 (a chain), go2 (a free-flyer: six columns on one
-body, the world-frame second derivatives not symmetric within them) and panda (a mimic finger) at
-rung 0 and at the deepest rung (every region forced into global memory).  Host compilation
-dominates: on a shared 2-core machine under load go2's emulation library took 46 min at rung 0,
-the CPU builds 11-26 min each; with the libraries cached the file runs in about a minute.
+Emitter.in_default_set, like idsva_so): iiwa14 (a chain) and panda (a mimic finger) at the
+default target and the deepest rung (every region forced into global memory), go2 (a free-flyer:
+six columns on one body, the world-frame second derivatives not symmetric within them) at the
+default target (its LITE tier on rung 2, MINIMAL on the deepest), atlas (a humanoid, 30 dofs) at
+the default target: its four nv^3 tensors (864 KB) exceed shared memory, its tiers take rungs 2
+and 4, and the -Minv contraction and the right-hand sides are block-stride loops over
+the nv^3 cells (no code per cell: the header's bulk is the composed first-order callees, 4.8 MB
+of which idsva_so's loop form is 1.0 MB).  Host compilation, CPU seconds of g++ on one core: an
+emulation library (both precisions) 21-23 on iiwa14 a rung, 34.6 on atlas, 41.5 on g1; the CPU
+builds take longer (go2's and panda's 36-85 a precision).  GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS
+robot (the five bundled ones and nine of example-robot-data, the humanoids talos_reduced, 38 dofs,
+and simple_humanoid and the mimic robots panda, pr2 and tiago_pro among them) at every rung of the
+ladder forced in turn (the default target, the deepest rung, then the shared-memory target of each
+rung no tier reached, those within the sm_90 cap: tests/generated.py rung_targets), and on the
+CPU, both precisions.
 
 float64 at rel 1e-9 (the norm of the whole batch's tensor).  float32: each output column
 ``[:, j, k]`` is ``-Minv`` times a right-hand side assembled from idsva_so's tensors and the
@@ -16,9 +26,15 @@ first derivatives ``dqdd_dq``, ``dqdd_dqd`` (themselves ``-Minv dtau``), so its 
 follows the condition number of ``M`` as forward dynamics' gradient's does: each state's tensor
 is held, relative to its norm, to ``max(1e-4, 2 cond(M) eps32)`` (:func:`f32_bound`; 1e-4 is the
 suite's float32 tolerance, reached where ``cond(M) <= 420``).  Measured (host emulation, 3
-states, the worst of the four tensors and the four launches, at rung 0): iiwa14 4.2e-5 at
-cond(M) 1.3e3 (0.27 cond eps32; bound 3.1e-4), go2 2.9e-5 at cond(M) 1.3e4 (0.02 cond eps32;
-bound 3.1e-3), panda 7.3e-6 at cond(M) 5.8e2 (bound 1.4e-4).
+states, the worst of the four tensors and the four launches, at the default target): iiwa14
+4.2e-5 at cond(M) 1.3e3 (0.27 cond eps32; bound 3.1e-4), go2 2.9e-5 at cond(M) 1.3e4 (0.02 cond
+eps32; bound 3.1e-3), panda 7.3e-6 at cond(M) 5.8e2 (bound 1.4e-4), atlas 9.3e-5 at cond(M)
+9.6e4 (0.008 cond eps32; bound 2.3e-2), g1 3.1e-4 at cond(M) 1.2e5 (0.022 cond eps32; bound
+2.9e-2), talos_reduced 2.0e-4 at cond(M) 8.4e4 (0.02 cond eps32; bound 2.0e-2), simple_humanoid
+1.0e-5 at cond(M) 2.9e2 (bound 1e-4); float64 at most 1.2e-13 on atlas, 1.2e-12 on g1, 2.9e-12
+on talos_reduced, 2.6e-14 on simple_humanoid.  The humanoids' emulation libraries under the sweep:
+talos_reduced 47.8 CPU s, simple_humanoid 37.0, g1 at the forced rung 3 54.3; g1's CPU library
+(float64) 164.6 CPU s, its four tensors at most 1.3e-12 from the reference on 5 states.
 """
 
 from __future__ import annotations
@@ -31,12 +47,19 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state, rel_error
-from tests.generated import FULL_SWEEP
+from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, rung_cases, rung_options
 
 N = 3
 NAMES = ("d2qdd_dq2", "d2qdd_dqd2", "d2qdd_dqdqd", "d2qdd_dq_dtau")
 LAUNCHES = [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]
-ROBOTS = ["iiwa14", "go2", "erd:panda"]
+SHALLOW = ("rung0", "deepest-rung")
+CI = {"iiwa14": SHALLOW, "go2": ("rung0",), "erd:panda": SHALLOW, "atlas": ("rung0",)}
+"""CI's emulated builds: iiwa14 (a chain) and panda (a mimic finger) at the default target (every tier
+on rung 0 but MINIMAL) and the deepest rung, go2 (a free-flyer: LITE on rung 2, MINIMAL on the deepest)
+and atlas (a humanoid, 30 dofs: its tensors above the shared-memory cap, its tiers on rungs 2 and 4)
+at the default target; every CODEGEN_ROBOTS robot at every rung forced in turn under
+GRID_FULL_SWEEP=1 (tests/generated.py rung_cases)."""
+CPU_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else ["iiwa14"]
 F32_C = 2.0
 """The float32 bound's constant (see :func:`f32_bound`)."""
 
@@ -49,10 +72,10 @@ def f32_bound(cond: float) -> float:
 
 
 @functools.cache
-def emulated(name: str, spill: bool, dtype, **options):
+def emulated(name: str, target: int | None, dtype, **options):
     from grid_core.testing import Emulated
 
-    opts = {"target_shared_mem_bytes": 0} if spill else {}
+    opts = rung_options(target)
     if options:
         opts["algorithm_options"] = {"fdsva_so": dict(options)}
     handle = Emulated(load(name), ["fdsva_so"], dtype, quiet=True, **opts)
@@ -85,11 +108,11 @@ def _check(got, expected, dtype, conds, what: str) -> None:
             assert err <= bound, f"{what} {port} state {k}: rel error {err:.2e} > {bound:.2e} (cond(M) {conds[k]:.1e})"
 
 
-@pytest.mark.parametrize("spill", [pytest.param(False, id="rung0"), pytest.param(True, id="deepest-rung")])
-@pytest.mark.parametrize("name", ROBOTS)
-def test_fdsva_so_emulated(name, spill, rng):
+@pytest.mark.parametrize(("name", "target"), rung_cases("fdsva_so", CI))
+def test_fdsva_so_emulated(name, target, rng):
     """Both precisions, with and without f_ext, every tier of the block layout and the per-state
-    layout (float32 by the module docstring's bound)."""
+    layout (float32 by the module docstring's bound), at the shared-memory target that puts a rung
+    of the ladder on a tier (tests/generated.py rung_targets)."""
     robot = load(name)
     ref = Reference(robot)
     q, qd, tau, f_ext = _inputs(robot, rng)
@@ -97,14 +120,14 @@ def test_fdsva_so_emulated(name, spill, rng):
     for f in (None, f_ext):
         expected = ref.fdsva_so(q, qd, tau, f)
         for dtype in (np.float64, np.float32):
-            b = emulated(name, spill, dtype)
+            b = emulated(name, target, dtype)
             for layout, tier in LAUNCHES:
                 got = b.with_launch(layout=layout, tier=tier).fdsva_so(q, qd, tau, f)
-                what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} spill={spill}{'' if f is None else ' f_ext'}"
+                what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} target={target} f_ext={f is not None}"
                 _check(got, expected, dtype, conds, what)
 
 
-@pytest.mark.parametrize("name", ROBOTS if FULL_SWEEP else ROBOTS[:1])  # go2's and panda's: about 240 CPU s
+@pytest.mark.parametrize("name", CPU_ROBOTS)  # go2's and panda's alone: about 240 CPU s
 def test_fdsva_so_cpu_handle(name, rng):
     """The CPU backend (the per-state code, compiled for the host), both precisions, a batch that
     is not a multiple of the worker count, a gravity of its own."""
@@ -130,7 +153,7 @@ def test_fdsva_so_against_pinocchio_finite_differences(rng):
     robot = load("iiwa14")
     ref = Reference(robot)
     q, qd, tau, f_ext = _inputs(robot, rng, 2)
-    runs = [(f"{layout} tier {tier}", emulated("iiwa14", False, np.float64).with_launch(layout=layout, tier=tier))
+    runs = [(f"{layout} tier {tier}", emulated("iiwa14", None, np.float64).with_launch(layout=layout, tier=tier))
             for layout, tier in LAUNCHES] + [("cpu", cpu("iiwa14", np.float64))]
     got = {what: b.fdsva_so(q, qd, tau, f_ext) for what, b in runs}
     for s in range(len(q)):
@@ -158,8 +181,8 @@ def test_contraction_tile_is_bit_identical(rng):
     q, qd, tau, f_ext = _inputs(robot, rng)
     for dtype in (np.float64, np.float32):
         for tier in (0, 2):
-            a = emulated("iiwa14", False, dtype).with_launch(layout="block", tier=tier).fdsva_so(q, qd, tau, f_ext)
-            b = emulated("iiwa14", False, dtype, minv_tile=7).with_launch(layout="block", tier=tier).fdsva_so(
+            a = emulated("iiwa14", None, dtype).with_launch(layout="block", tier=tier).fdsva_so(q, qd, tau, f_ext)
+            b = emulated("iiwa14", None, dtype, minv_tile=7).with_launch(layout="block", tier=tier).fdsva_so(
                 q, qd, tau, f_ext)
             for port, x, y in zip(NAMES, a, b):
                 assert np.array_equal(x, y), f"{np.dtype(dtype).name} tier {tier} {port}: tiled != untiled"

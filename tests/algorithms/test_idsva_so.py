@@ -3,8 +3,8 @@ first derivatives in test_idsva_so_reference.py) on host emulation of the GPU co
 the block layout and the per-state layout) and on the CPU backend.
 
 Each library holds idsva_so alone (it is not in the default set, Emitter.in_default_set: 25-40 s
-of host compilation a robot, rung and precision here), so the sample is small: iiwa14 (a chain: every triple of
-columns on one chain) at rung 0 and the deepest rung in both precisions, hyq (a fixed-base tree:
+of host compilation a robot, rung and precision here), so CI's sample is small: iiwa14 (a chain: every
+triple of columns on one chain) at rung 0 and the deepest rung in both precisions, hyq (a fixed-base tree:
 the structural zeros of separate legs) at both rungs, panda (a mimic finger: the relaxed cells
 summed onto the mimicked joint's) at rung 0; solo12 (a free-flyer: six columns on one body) at
 rung 0 (in the loop form now, 7720 cells: 105 s to build and run here, where its unrolled library
@@ -19,6 +19,12 @@ option, 'auto'): atlas (30 dofs, 8814 cells), the humanoid of the sample, runs i
 rung 0 and the deepest rung in both precisions, on the CPU backend too, and against central
 differences of Pinocchio's first derivatives; iiwa14 with the loops forced checks the form on a
 chain whose constants the unrolled form folds (the loops read them from the stored arrays).
+
+GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS robot (the five bundled ones and nine of example-robot-data:
+the humanoids talos_reduced, 38 dofs, and simple_humanoid; the mimic robots panda, pr2, tiago_pro) at
+every rung of the ladder forced in turn (the default target, the deepest rung, then the shared-memory
+target of each rung no tier reached: tests/generated.py rung_targets; on iiwa14 rungs 1 and 2 cost
+17.0 and 13.6 CPU s of host compilation) in both precisions, and on the CPU in both precisions.
 """
 
 from __future__ import annotations
@@ -31,22 +37,26 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
+from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, rung_cases, rung_options
 
 N = 4
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
-CASES = [("iiwa14", False, (np.float64, np.float32)), ("iiwa14", True, (np.float64, np.float32)),
-         ("hyq", False, (np.float64,)), ("hyq", True, (np.float64,)), ("erd:panda", False, (np.float64,)),
-         ("atlas", False, (np.float64, np.float32)), ("atlas", True, (np.float64, np.float32)),
-         ("erd:solo12", False, (np.float64,))]
+BOTH = (np.float64, np.float32)
+SHALLOW = ("rung0", "deepest-rung")
+CI = {"iiwa14": SHALLOW, "hyq": SHALLOW, "erd:panda": ("rung0",), "atlas": SHALLOW, "erd:solo12": ("rung0",)}
+"""CI's emulated builds (tests/generated.py rung_cases), as the module docstring says; every
+CODEGEN_ROBOTS robot at every rung forced in turn in both precisions under GRID_FULL_SWEEP=1."""
+F32 = {"iiwa14", "atlas"}
+"""CI's robots checked in float32 too (an emulated library holds both precisions: no build more)."""
+CPU_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else ["iiwa14"]
 LOOPS = {"algorithm_options": {"idsva_so": {"contractions": "loops"}}}
 
 
 @functools.cache
-def emulated(name: str, spill: bool, dtype, loops: bool = False):
+def emulated(name: str, target: int | None, dtype, loops: bool = False):
     from grid_core.testing import Emulated
 
-    opts = {"target_shared_mem_bytes": 0} if spill else {}
-    handle = Emulated(load(name), ["idsva_so"], dtype, quiet=True, **opts, **(LOOPS if loops else {}))
+    handle = Emulated(load(name), ["idsva_so"], dtype, quiet=True, **rung_options(target), **(LOOPS if loops else {}))
     handle.set_poison(True)  # outputs start as NaN: a cell the kernel never writes fails
     return handle
 
@@ -56,21 +66,22 @@ def _states(robot, rng, n=N):
     return q, qd, qdd, rng.normal(size=(n, robot.num_bodies, 6))
 
 
-@pytest.mark.parametrize(("name", "spill", "dtypes", "loops"), [
-    *(pytest.param(*c, False, id=f"{c[0]}-{'deepest-rung' if c[1] else 'rung0'}") for c in CASES),
-    pytest.param("iiwa14", False, (np.float64, np.float32), True, id="iiwa14-rung0-loops"),
-    pytest.param("iiwa14", True, (np.float64,), True, id="iiwa14-deepest-rung-loops")])
-def test_idsva_so_emulated(name, spill, dtypes, loops, rng):
+@pytest.mark.parametrize(("name", "target", "dtypes", "loops"), [
+    *(pytest.param(*c.values, BOTH if FULL_SWEEP or c.values[0] in F32 else (np.float64,), False, id=c.id)
+      for c in rung_cases("idsva_so", CI)),
+    pytest.param("iiwa14", None, BOTH, True, id="iiwa14-rung0-loops"),
+    pytest.param("iiwa14", 0, (np.float64,), True, id="iiwa14-deepest-rung-loops")])
+def test_idsva_so_emulated(name, target, dtypes, loops, rng):
     robot = load(name)
     q, qd, qdd, f_ext = _states(robot, rng)
     ref = Reference(robot)
     for f in (None, f_ext):
         expected = ref.idsva_so(q, qd, qdd, f)
         for dtype in dtypes:
-            b = emulated(name, spill, dtype, loops)
+            b = emulated(name, target, dtype, loops)
             for layout, tier in [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]:
                 got = b.with_launch(layout=layout, tier=tier).idsva_so(q, qd, qdd, f)
-                what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} spill={spill}{'' if f is None else ' f_ext'}"
+                what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} target={target} f_ext={f is not None}"
                 for port, x, e in zip(("d2tau_dq2", "d2tau_dqd2", "d2tau_dqdqd", "dM_dq"), got, expected):
                     assert x.shape == (N, robot.nv, robot.nv, robot.nv)
                     if dtype is np.float32:  # each state against its own tensor's norm
@@ -80,26 +91,31 @@ def test_idsva_so_emulated(name, spill, dtypes, loops, rng):
                         assert_close(x, e, TOL[dtype], f"{what} {port}")
 
 
-def test_idsva_so_cpu_handle(rng):
-    """The CPU backend (the per-state code, compiled for the host) on iiwa14, a state batch
-    that is not a multiple of the worker count, and a gravity of its own."""
-    from grid_core import CpuHandle
-
-    robot = load("iiwa14")
-    cpu = CpuHandle(robot, ["idsva_so"], threads=2, quiet=True)
-    cpu.set_poison(True)
+@pytest.mark.parametrize("name", CPU_ROBOTS)
+def test_idsva_so_cpu_handle(name, rng):
+    """The CPU backend (the per-state code, compiled for the host) on iiwa14 (every CODEGEN_ROBOTS robot,
+    float32 too, under GRID_FULL_SWEEP=1), a state batch that is not a multiple of the worker count,
+    and a gravity of its own."""
+    robot = load(name)
     q, qd, qdd, f_ext = _states(robot, rng, 37)
     g = np.array([0.3, -1.2, -9.0])
-    got = cpu.idsva_so(q, qd, qdd, f_ext, gravity=g)
-    for x, e in zip(got, Reference(robot).idsva_so(q, qd, qdd, f_ext, gravity=g)):
-        assert_close(x, e, 1e-9, "iiwa14 cpu")
+    expected = Reference(robot).idsva_so(q, qd, qdd, f_ext, gravity=g)
+    for dtype in BOTH if FULL_SWEEP else (np.float64,):
+        got = cpu_handle(name, dtype).idsva_so(q, qd, qdd, f_ext, gravity=g)
+        for port, x, e in zip(("d2tau_dq2", "d2tau_dqd2", "d2tau_dqdqd", "dM_dq"), got, expected):
+            what = f"{name} cpu {np.dtype(dtype).name} {port}"
+            if dtype is np.float64:
+                assert_close(x, e, TOL[dtype], what)
+            else:  # each state against its own tensor's norm, as the emulated check
+                for k in range(len(x)):
+                    assert_close(x[k], e[k], TOL[dtype], f"{what} state {k}")
 
 
 @functools.cache
-def cpu_handle(name: str):
+def cpu_handle(name: str, dtype=np.float64):
     from grid_core import CpuHandle
 
-    handle = CpuHandle(load(name), ["idsva_so"], threads=2, quiet=True)
+    handle = CpuHandle(load(name), ["idsva_so"], dtype, threads=2, quiet=True)
     handle.set_poison(True)
     return handle
 

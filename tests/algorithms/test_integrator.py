@@ -16,6 +16,13 @@ both layouts, with and without f_ext:
   g1's, with GRID_FULL_SWEEP=1 only);
 * float64, it equals Pinocchio: its aba and integrate for the Euler methods, a hand-written RK4 on
   them for RK4 (tests/pin_bridge.py), rel 1e-9.
+
+iiwa14 runs the default method and RK4 at every rung of the ladder forced in turn (the default
+target, the deepest rung, then the shared-memory target of each rung no tier reached:
+tests/generated.py rung_targets).  GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS robot (the five bundled
+ones and nine of example-robot-data, the humanoids talos_reduced and simple_humanoid and the mimic
+robots panda, pr2 and tiago_pro among them), every method at every rung in both precisions, and the
+CPU build in both precisions.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from grid_core import Reference
 from grid_core.algorithm import INTEGRATION_METHODS
 from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_state
-from tests.generated import FULL_SWEEP, INTEGRATOR_SAMPLE, TOL, integration_library
+from tests.generated import EVERY_RUNG, FULL_SWEEP, INTEGRATOR_SAMPLE, TOL, integration_library, rung_cases
 from tests.pin_bridge import pin_step, to_pin_q
 
 SAMPLE = INTEGRATOR_SAMPLE
@@ -43,32 +50,42 @@ def _inputs(robot, rng):
     return q, qd, rng.normal(size=(N, robot.nv)), rng.normal(size=(N, robot.num_bodies, 6))
 
 
-def _launches(name: str, method: str, spill: bool, dtype):
-    """The integrator generated for ``method`` on every tier and layout: the shared library of every
-    emitted algorithm for the default method, the method's own else (tests/generated.py)."""
-    lib = integration_library("emulated", name, method, spill, dtype)
+def _launches(name: str, method: str, target, dtype):
+    """The integrator generated for ``method`` at shared-memory ``target`` on every tier and layout: the
+    shared library of every emitted algorithm for the default method at the default target and the
+    deepest rung, the method's own else (tests/generated.py)."""
+    lib = integration_library("emulated", name, method, target, dtype)
     return [(f"{layout} tier {tier}", lib.with_launch(layout=layout, tier=tier)) for layout, tier in LAUNCHES]
 
 
-# (method, deepest rung, dtype): every method at rung 0 in float64; RK4, whose stages load XImats
-# again, and the default at the deepest rung and in float32 too (each an emulated build of its own)
-CASES = [("semi_implicit_euler", spill, dtype) for spill in (False, True) for dtype in (np.float64, np.float32)]
-CASES += [("rk4", spill, dtype) for spill in (False, True) for dtype in (np.float64, np.float32)]
-CASES += [("explicit_euler", False, np.float64)]
+def _cases() -> list:
+    """(robot, method, target, dtype).  CI: every method at the default target in float64; RK4, whose
+    stages load XImats again, and the default at the deepest rung and in float32 too (each an emulated
+    build of its own), and on iiwa14 at every rung forced in turn (tests/generated.py rung_cases).
+    GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS robot, every method, every rung, both precisions."""
+    both = (np.float64, np.float32)
+    out = []
+    for method in INTEGRATION_METHODS:
+        euler = method == "explicit_euler"
+        ci = {n: ("rung0",) if euler else ("rung0", "deepest-rung") for n in SAMPLE}
+        if not euler:
+            ci["iiwa14"] = EVERY_RUNG
+        for case in rung_cases("integrator", ci, (("method", method),)):
+            for dtype in both if FULL_SWEEP or not euler else (np.float64,):
+                out.append(pytest.param(*case.values, method, dtype, id=f"{case.id}-{method}-{np.dtype(dtype).name}"))
+    return out
 
 
-@pytest.mark.parametrize(("method", "spill", "dtype"), CASES,
-                         ids=[f"{m}-{'deepest' if s else 'rung0'}-{np.dtype(d).name}" for m, s, d in CASES])
-@pytest.mark.parametrize("name", SAMPLE)
-def test_emulated_equals_the_reference(name, method, spill, dtype, rng):
+@pytest.mark.parametrize(("name", "target", "method", "dtype"), _cases())
+def test_emulated_equals_the_reference(name, target, method, dtype, rng):
     robot = load(name)
     ref = Reference(robot)
     q, qd, tau, f_ext = _inputs(robot, rng)
     for f in (None, f_ext):
         expected = ref.integrator(q, qd, tau, DT, method, f)
-        for what, lib in _launches(name, method, spill, dtype):
+        for what, lib in _launches(name, method, target, dtype):
             out = lib.integrator(q, qd, tau, DT, method, f)
-            what = f"{name} {method} {np.dtype(dtype).name} {what} spill={spill} f_ext={f is not None}"
+            what = f"{name} {method} {np.dtype(dtype).name} {what} target={target} f_ext={f is not None}"
             assert out[0].shape == (N, robot.nq) and out[1].shape == (N, robot.nv)
             assert_close(out[0], expected[0], TOL[dtype], f"{what}: q_next")
             assert_close(out[1], expected[1], TOL[dtype], f"{what}: qd_next")
@@ -82,9 +99,9 @@ CPU_CASES = [(n, m) for n in SAMPLE for m in INTEGRATION_METHODS if FULL_SWEEP o
 
 
 def cpu_dtypes(name: str, method: str) -> tuple:
-    """The CPU build's precisions of ``method`` on robot ``name``: float32 too for RK4 (g1's under
-    GRID_FULL_SWEEP=1 only)."""
-    return (np.float64, np.float32) if method == "rk4" and (FULL_SWEEP or name != "g1") else (np.float64,)
+    """The CPU build's precisions of ``method`` on robot ``name``: float32 too for RK4 but g1's, and for
+    every method under GRID_FULL_SWEEP=1."""
+    return (np.float64, np.float32) if FULL_SWEEP or (method == "rk4" and name != "g1") else (np.float64,)
 
 
 @pytest.mark.parametrize(("name", "method"), CPU_CASES)
@@ -95,10 +112,10 @@ def test_cpu_equals_the_reference_and_pinocchio(name, method, rng):
     for f in (None, f_ext):
         expected = ref.integrator(q, qd, tau, DT, method, f)
         for dtype in cpu_dtypes(name, method):
-            out = integration_library("cpu", name, method, False, dtype).integrator(q, qd, tau, DT, method, f)
+            out = integration_library("cpu", name, method, None, dtype).integrator(q, qd, tau, DT, method, f)
             for got, exp, port in zip(out, expected, ("q_next", "qd_next")):
                 assert_close(got, exp, TOL[dtype], f"{name} {method} {np.dtype(dtype).name} cpu: {port}")
-        got = integration_library("cpu", name, method, False, np.float64).integrator(q, qd, tau, DT, method, f)
+        got = integration_library("cpu", name, method, None, np.float64).integrator(q, qd, tau, DT, method, f)
         for k in range(N):
             pin_q, pin_qd = pin_step(robot, q[k], qd[k], tau[k], DT, method, None if f is None else f[k])
             assert_close(to_pin_q(robot, got[0][k]), pin_q, 1e-9, f"{name} {method} state {k}: q_next vs Pinocchio")
