@@ -195,8 +195,9 @@ with :math:`q \oplus v` Pinocchio's ``integrate`` (:math:`M \exp_6(v)` on a free
     emitter = IntegratorEmitter
     derivatives = Rule(("q", "qd", "tau", "f_ext"), ("integrator_gradient", "inverse_dynamics"), _jacobians,
                        configurations=("q_next",))
-    """The gradient is generated for the Euler methods (RK4's is the Reference's); the f_ext columns call
-    inverse dynamics' rule, whose f_ext Jacobian calls ``inverse_dynamics``."""
+    """The gradient is generated for every method (the one the call's code was generated with); the
+    f_ext columns (Euler methods) call inverse dynamics' rule, whose f_ext Jacobian calls
+    ``inverse_dynamics``."""
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: forward_dynamics' recursions (see its review)"),
         P2=done("the update is independent cells fanned across the block, one thread each: the nv "
