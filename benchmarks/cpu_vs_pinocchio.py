@@ -5,7 +5,8 @@ Both in the same run, on the same URDFs (``robots/*.urdf``, Pinocchio with
 ``crba``, ``computeMinverse``, ``aba``, ``computeRNEADerivatives``,
 ``computeABADerivatives``, ``ComputeRNEASecondOrderDerivatives``, one semi-implicit Euler step
 (``aba`` + ``integrate``) and its derivatives' ingredients (``computeABADerivatives`` + ``dIntegrate``
-d/dq and d/dv) and, for every default (leaf) frame, the frame placements and frame
+d/dq and d/dv), the same for an RK4 step (at its four stages, against our gradient generated for
+RK4) and, for every default (leaf) frame, the frame placements and frame
 Jacobians (LOCAL_WORLD_ALIGNED) over a batch of random states on one core
 (``benchmarks/src/pinocchio_timing.cpp``, built against the ``pin`` wheel's headers and
 libraries), and every algorithm the header emits through ``CpuHandle`` at the same batch
@@ -49,6 +50,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ("iiwa14", "hyq", "go2", "atlas", "g1")
+RK4 = ":rk4"
+"""The suffix of an algorithm timed with its code generated for RK4 (its own library)."""
 # Pinocchio's function -> our algorithms computing the same thing (the first one emitted is timed),
 # and the target: at most this fraction of Pinocchio's time
 PAIRS = {
@@ -63,12 +66,15 @@ PAIRS = {
     # and dIntegrate's two Jacobians (ours also forms the six blocks from them)
     "abaIntegrate": (("integrator",), 0.5),
     "abaDerivativesDIntegrate": (("integrator_gradient",), 0.5),
+    # RK4's step derivatives: computeABADerivatives at its four stages, dIntegrate at each stage's and the
+    # step's increment (ours also forms the chain rule's products through the stages)
+    "abaDerivativesDIntegrateRK4": ((f"integrator_gradient{RK4}",), 0.5),
     # every default (leaf) frame: forwardKinematics + updateFramePlacements, and
     # computeJointJacobians + getFrameJacobian (LOCAL_WORLD_ALIGNED) per frame
     "framePlacements": (("end_effector_pose",), 0.5),
     "frameJacobians": (("end_effector_pose_gradient",), 0.5),
 }
-TIMED = tuple(dict.fromkeys(a for algorithms, _ in PAIRS.values() for a in algorithms))
+TIMED = tuple(dict.fromkeys(a for algorithms, _ in PAIRS.values() for a in algorithms if not a.endswith(RK4)))
 """Our algorithms with a Pinocchio counterpart: the only ones built and timed (an algorithm without
 one, such as the operational-space inertia, which refuses hyq's lower legs, is left out)."""
 SECOND_ORDER_ROBOTS = ("iiwa14", "hyq", "atlas")
@@ -140,33 +146,50 @@ def time_ours(robot, n: int, rounds: int, rng, algorithms=None) -> dict:
     values = {"q": q, "qd": qd, "qdd": qdd, "tau": tau, "dt": 0.01}
     result = {}
     for name in [a for a in handles[1]._emitted() if a in TIMED and a in algorithms]:
-        alg = grid_core.algorithms()[name]
-        args = [values[p.name] for p in alg.inputs(robot)
-                if (p.kind == "state" and not p.optional) or (p.kind == "param" and p.default is None)]
-        fns = {t: getattr(h, name) for t, h in handles.items()}
-        outs = {t: fn(*args) for t, fn in fns.items()}
-        for _ in range(3):
-            for t, fn in fns.items():
-                fn(*args, out=outs[t])
-        stores = store_floor(outs[1])
-        bursts = []
-        for _ in range(BURSTS):
-            samples = {1: [], 2: [], **{k: [] for k in stores}}
-            for _ in range(rounds):
-                for t, fn in fns.items():
-                    t0 = time.perf_counter()
-                    fn(*args, out=outs[t])
-                    samples[t].append((time.perf_counter() - t0) / n * 1e9)
-                for k, store in stores.items():
-                    t0 = time.perf_counter()
-                    store()
-                    samples[k].append((time.perf_counter() - t0) / n * 1e9)
-            bursts.append(samples)
-        best = min(bursts, key=lambda b: _median(b[1]) + _median(b[2]))
-        floor = {k: (best[k], [a / b for a, b in zip(best[1], best[k])]) for k in stores}
-        result[name] = (best[1], best[2], [a / b for a, b in zip(best[1], best[2])],
-                        each_core(fns, args, outs, n, CORE_ROUNDS * rounds), floor)
+        result[name] = _time_pair({t: getattr(h, name) for t, h in handles.items()}, _args(robot, name, values), n,
+                                  rounds)
+    if "integrator_gradient" in algorithms:  # and generated for RK4, in a library of its own
+        opts = {"algorithm_options": {"integrator_gradient": {"method": "rk4"}}}
+        rk4 = {t: grid_core.CpuHandle(robot, ["integrator_gradient"], threads=t, **opts) for t in (1, 2)}
+        fns = {t: (lambda *a, h=h, **k: h.integrator_gradient(*a, method="rk4", **k)) for t, h in rk4.items()}
+        result[f"integrator_gradient{RK4}"] = _time_pair(fns, _args(robot, "integrator_gradient", values), n, rounds)
     return result
+
+
+def _args(robot, name: str, values: dict) -> list:
+    """Algorithm ``name``'s positional arguments: its required states and params."""
+    import grid_core
+
+    return [values[p.name] for p in grid_core.algorithms()[name].inputs(robot)
+            if (p.kind == "state" and not p.optional) or (p.kind == "param" and p.default is None)]
+
+
+def _time_pair(fns: dict, args: list, n: int, rounds: int) -> tuple:
+    """``(one thread, two threads, their paired ratios, each core, store floor)`` of the calls ``fns``
+    (by thread count), ns per state; the floor (:func:`store_floor`, on the one-thread call's outputs,
+    timed in the same rounds) by kind: ``(ns per state, the call's paired ratios to it)``."""
+    outs = {t: fn(*args) for t, fn in fns.items()}
+    for _ in range(3):
+        for t, fn in fns.items():
+            fn(*args, out=outs[t])
+    stores = store_floor(outs[1])
+    bursts = []
+    for _ in range(BURSTS):
+        samples = {1: [], 2: [], **{k: [] for k in stores}}
+        for _ in range(rounds):
+            for t, fn in fns.items():
+                t0 = time.perf_counter()
+                fn(*args, out=outs[t])
+                samples[t].append((time.perf_counter() - t0) / n * 1e9)
+            for k, store in stores.items():
+                t0 = time.perf_counter()
+                store()
+                samples[k].append((time.perf_counter() - t0) / n * 1e9)
+        bursts.append(samples)
+    best = min(bursts, key=lambda b: _median(b[1]) + _median(b[2]))
+    floor = {k: (best[k], [a / b for a, b in zip(best[1], best[k])]) for k in stores}
+    return (best[1], best[2], [a / b for a, b in zip(best[1], best[2])],
+            each_core(fns, args, outs, n, CORE_ROUNDS * rounds), floor)
 
 
 def store_floor(outs) -> dict:
@@ -362,7 +385,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"{name}: Pinocchio's model has nq {nq:g} nv {nv:g}, ours {robot.nq} {robot.nv}")
         ours = time_ours(robot, args.n, args.rounds, rng, args.algorithms)
         for fn, (candidates, target) in PAIRS.items():
-            if args.algorithms and not set(candidates) & set(args.algorithms):
+            if args.algorithms and not {c.removesuffix(RK4) for c in candidates} & set(args.algorithms):
                 continue
             mine = next((c for c in candidates if c in ours), None)
             rows.append({"robot": name, "nv": robot.nv, "pinocchio_fn": fn, "pinocchio": spread(pin[fn]),

@@ -30,8 +30,9 @@ from grid_core.arena import callee_rung, spill_ladder
 from grid_core.derivatives import Rule
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter
+from grid_core.emit.lie_steps import move_steps, move_tables
 from grid_core.emit.storage import local_declaration, regions, vector
-from grid_core.model import JointType, Robot
+from grid_core.model import Robot
 from grid_core.model.lie import integrate
 from grid_core.review import ParallelismReview, done, not_applicable, todo
 
@@ -63,38 +64,10 @@ def _fields(robot: Robot, method: str) -> tuple:
     return out
 
 
-def _cells(robot: Robot) -> tuple[list, list]:
-    """``(plain, free_flyers)``: the ``(q index, v index)`` of every coordinate that adds its
-    increment, and of every free-flyer's first coordinate (mimic joints have none of their own)."""
-    plain, ff = [], []
-    for b in robot.bodies:
-        if b.mimic is not None:
-            continue
-        if b.jtype is JointType.FLOATING:
-            ff.append((b.q_index, b.v_index))
-        else:
-            plain += [(b.q_index + j, b.v_index + j) for j in range(b.nq)]
-    covered = sorted([qi for qi, _ in plain] + [qi + j for qi, _ in ff for j in range(7)])
-    assert covered == list(range(robot.nq)), "every coordinate of q is moved once"
-    return plain, ff
-
-
 def _move(layers, out: str, q: str, step: str, local: bool) -> list:
-    """``out = q (+) step`` (pointers): one cell per thread in the block layout (the tables of
-    :meth:`IntegratorEmitter.helpers`), straight-line code in the per-state one."""
-    plain, ff = _cells(layers.robot)
-    if local:
-        return ([n.Stmt(f"{out}[{qi}] = {q}[{qi}] + {step}[{vi}]") for qi, vi in plain]
-                + [n.Stmt(f"grid_exp6_xyzquat(&{out}[{qi}], &{q}[{qi}], &{step}[{vi}])") for qi, vi in ff])
-    pfx = layers.pfx
-    body = [n.Stmt(f"const int qi = {pfx}_Q_OF[i], vi = {pfx}_V_OF[i]")]
-    plain_stmt = n.Stmt(f"{out}[qi] = {q}[qi] + {step}[vi]")
-    if ff:
-        body += [n.If(f"i < {len(plain)}", [plain_stmt]),
-                 n.Block("else", [n.Stmt(f"grid_exp6_xyzquat(&{out}[qi], &{q}[qi], &{step}[vi])")])]
-    else:
-        body.append(plain_stmt)
-    return [n.BlockStrideLoop("i", len(plain) + len(ff), body)]
+    """``out = q (+) step`` (pointers): the framework's move (the tables of
+    :meth:`IntegratorEmitter.helpers`)."""
+    return move_steps(layers.pfx, layers.robot, out, q, step, local)
 
 
 class IntegratorEmitter(Emitter):
@@ -108,13 +81,7 @@ class IntegratorEmitter(Emitter):
         return _fields(layers.robot, _method(layers))
 
     def helpers(self, layers) -> list:
-        plain, ff = _cells(layers.robot)
-        cells = plain + ff
-        return [n.ConstArray("int", f"{layers.pfx}_Q_OF", [qi for qi, _ in cells], qualifiers="static __device__ const",
-                             comment="cell i of the update: q index (a free-flyer's first, after the coordinates "
-                                     "that add their increment)"),
-                n.ConstArray("int", f"{layers.pfx}_V_OF", [vi for _, vi in cells], qualifiers="static __device__ const",
-                             comment="... and its v index")]
+        return move_tables(layers.pfx, layers.robot)
 
     def inner_doc(self, layers) -> str:
         return f"Method: {_method(layers)} (fixed at generation time)."
@@ -228,8 +195,9 @@ with :math:`q \oplus v` Pinocchio's ``integrate`` (:math:`M \exp_6(v)` on a free
     emitter = IntegratorEmitter
     derivatives = Rule(("q", "qd", "tau", "f_ext"), ("integrator_gradient", "inverse_dynamics"), _jacobians,
                        configurations=("q_next",))
-    """The gradient is generated for the Euler methods (RK4's is the Reference's); the f_ext columns call
-    inverse dynamics' rule, whose f_ext Jacobian calls ``inverse_dynamics``."""
+    """The gradient is generated for every method (the one the call's code was generated with); the
+    f_ext columns (Euler methods) call inverse dynamics' rule, whose f_ext Jacobian calls
+    ``inverse_dynamics``."""
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: forward_dynamics' recursions (see its review)"),
         P2=done("the update is independent cells fanned across the block, one thread each: the nv "

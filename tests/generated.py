@@ -163,13 +163,11 @@ def gradient_gpu_handle():
 
 @functools.cache
 def integrator_handle(method: str):
-    """iiwa14's CPU handle of the integrator alone, its code generated for ``method`` (its gradient
-    library, built with the default method, on the first backward): the PyTorch and JAX tests of
-    a method's derivative."""
-    import grid_core
-
-    return grid_core.CpuHandle(load("iiwa14"), ["integrator"], quiet=True,
-                               algorithm_options={"integrator": {"method": method}})
+    """iiwa14's float64 CPU library of the integrator and its gradient generated for ``method``
+    (:func:`integration_library`: the robot's shared library for the default method, else
+    :func:`method_library`, the integration tests' own): the PyTorch and JAX tests of a method's
+    derivative."""
+    return integration_library("cpu", "iiwa14", method)
 
 
 DIFFERENTIABLE_PARAMS = {"integrator": {"dt": 0.05}}
@@ -238,16 +236,25 @@ def integration_library(kind: str, name: str, method: str, target: int | None = 
     return method_library(kind, name, method, target, dtype)
 
 
+def rk4_gradient_on_cpu(name: str, dtype=np.float64) -> bool:
+    """Whether robot ``name``'s RK4 CPU library in ``dtype`` holds the gradient (:func:`method_library`)."""
+    return dtype is np.float64 and (FULL_SWEEP or name != "g1")
+
+
 @functools.cache
 def method_library(kind: str, name: str, method: str, target: int | None, dtype):
-    """The integrator and, where ``method`` has it generated (the Euler methods), its gradient,
-    generated for ``method`` (with what they compose) at the shared-memory ``target`` (None: the
-    default): one library per method, robot, target and precision, shared by the integrator's and
-    its gradient's tests."""
+    """The integrator and its gradient generated for ``method`` (with what they compose) at the
+    shared-memory ``target`` (None: the default): one library per method, robot, target and
+    precision, shared by the integrator's and its gradient's tests (and the differentiable calls' of
+    a method, :func:`integrator_handle`).  RK4's CPU library holds the integrator alone in float32
+    (its gradient's tests run the CPU build in float64, as the Euler methods') and, but with
+    GRID_FULL_SWEEP=1, on g1 (the gradient's four stages there add over 100 CPU s of g++ -O3; g1's
+    RK4 gradient stays in emulation at both rungs and precisions)."""
     from grid_core import CpuHandle
     from grid_core.testing import Emulated
 
-    algorithms = ["integrator"] if method == "rk4" else ["integrator", "integrator_gradient"]
+    algorithms = ["integrator"] if kind == "cpu" and method == "rk4" and not rk4_gradient_on_cpu(name, dtype) else \
+        ["integrator", "integrator_gradient"]
     opts = {"algorithm_options": {a: {"method": method} for a in algorithms}}
     if kind == "cpu":
         handle = CpuHandle(load(name), algorithms, dtype, quiet=True, **opts)

@@ -140,9 +140,14 @@ def pin_forward_dynamics_at(robot, pq, qd, tau, f_ext=None, model=None):
 def pin_rk4(robot, q, qd, tau, dt, f_ext):
     """The classical RK4 step written on Pinocchio: its forward dynamics at each stage, its
     ``integrate`` placing the stages from q (as Crocoddyl's IntegratedActionModelRK4)."""
+    return pin_rk4_at(robot, to_pin_q(robot, q), qd, tau, dt, f_ext)
+
+
+def pin_rk4_at(robot, pq, qd, tau, dt, f_ext=None, model=None):
+    """:func:`pin_rk4` from Pinocchio's configuration ``pq`` (``q_next`` as Pinocchio's q)."""
     import pinocchio as pin
 
-    model, pq = pin_model(robot), to_pin_q(robot, q)
+    model = model or pin_model(robot)
 
     def fd(pq_, v_):
         return pin_forward_dynamics_at(robot, pq_, v_, tau, f_ext, model)
@@ -156,7 +161,6 @@ def pin_rk4(robot, q, qd, tau, dt, f_ext):
     k4a = fd(pin.integrate(model, pq, dt * k3v), k4v)
     return (pin.integrate(model, pq, dt / 6 * (k1v + 2 * k2v + 2 * k3v + k4v)),
             qd + dt / 6 * (k1a + 2 * k2a + 2 * k3a + k4a))
-
 
 
 def pin_step(robot, q, qd, tau, dt, method, f_ext=None):

@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
     pin::Data::Tensor3x t1(model.nv, model.nv, model.nv), t2 = t1, t3 = t1, t4 = t1;
     const double dt = 0.01;  // the integrator's step (semi-implicit Euler, as GRiD's default method)
     Eigen::VectorXd qn = Eigen::VectorXd::Zero(model.nq), vn = Eigen::VectorXd::Zero(model.nv), dv = vn;
+    Eigen::VectorXd qk = qn, vk = vn, sumv = vn;
     pin::Data::Matrix6x J = pin::Data::Matrix6x::Zero(6, model.nv);
     double sink = 0;  // keeps every result live
     std::vector<std::pair<const char *, std::function<void(int)>>> algorithms = {
@@ -98,6 +99,30 @@ int main(int argc, char **argv) {
         {"abaDerivativesDIntegrate", [&](int i) {
              pin::computeABADerivatives(model, data, q[i], v[i], tau[i], d1, d2, d3);
              dv = dt * (v[i] + dt * data.ddq);
+             pin::dIntegrate(model, q[i], dv, Dq, pin::ARG0);
+             pin::dIntegrate(model, q[i], dv, Dv, pin::ARG1);
+             sink += d1(0, 0) + d2(0, 0) + Dq(0, 0) + Dv(0, 0);
+         }},
+        // RK4's Jacobians' ingredients: the ABA derivatives at each of its four stages (stage k + 1 at
+        // q_k = integrate(q, c dt v_k), v_k = v + c dt a_k, c = 1/2, 1/2, 1) and dIntegrate d/dq and d/dv
+        // at each stage's increment and at the step's, dt/6 (v1 + 2 v2 + 2 v3 + v4) (the chain rule's
+        // products through the stages are not timed)
+        {"abaDerivativesDIntegrateRK4", [&](int i) {
+             pin::computeABADerivatives(model, data, q[i], v[i], tau[i], d1, d2, d3);
+             vk = v[i];
+             sumv = v[i];
+             for (int k = 0; k < 3; ++k) {
+                 const double c = k < 2 ? 0.5 : 1.0;
+                 dv = c * dt * vk;
+                 pin::integrate(model, q[i], dv, qk);
+                 pin::dIntegrate(model, q[i], dv, Dq, pin::ARG0);
+                 pin::dIntegrate(model, q[i], dv, Dv, pin::ARG1);
+                 vk = v[i] + c * dt * data.ddq;
+                 sumv += (k < 2 ? 2.0 : 1.0) * vk;
+                 pin::computeABADerivatives(model, data, qk, vk, tau[i], d1, d2, d3);
+                 sink += d1(0, 0) + Dq(0, 0) + Dv(0, 0);
+             }
+             dv = dt / 6 * sumv;
              pin::dIntegrate(model, q[i], dv, Dq, pin::ARG0);
              pin::dIntegrate(model, q[i], dv, Dv, pin::ARG1);
              sink += d1(0, 0) + d2(0, 0) + Dq(0, 0) + Dv(0, 0);

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from ..model import JointType, Robot
 from . import lane_cells
 from . import nodes as n
 
@@ -153,6 +154,53 @@ def _lanes(name: str, outs: tuple[tuple[str, int], ...], ins: tuple[tuple[str, i
     return (f"template <typename S, int L> inline void {name}({params}) {{\n"
             f"    for (int j = 0; j < L; ++j) {{\n"
             f"        {decl}\n        {load}\n        {name}<S>({args});\n        {store}\n    }}\n}}")
+
+
+def move_cells(robot: Robot) -> tuple[list, list]:
+    """``(plain, free_flyers)`` of ``q (+) v``: the ``(q index, v index)`` of every coordinate that
+    adds its increment, and of every free-flyer's first coordinate (mimic joints have none of their
+    own)."""
+    plain, ff = [], []
+    for b in robot.bodies:
+        if b.mimic is not None:
+            continue
+        if b.jtype is JointType.FLOATING:
+            ff.append((b.q_index, b.v_index))
+        else:
+            plain += [(b.q_index + j, b.v_index + j) for j in range(b.nq)]
+    covered = sorted([qi for qi, _ in plain] + [qi + j for qi, _ in ff for j in range(7)])
+    assert covered == list(range(robot.nq)), "every coordinate of q is moved once"
+    return plain, ff
+
+
+def move_tables(pfx: str, robot: Robot) -> list:
+    """The tables :func:`move_steps` reads in the block layout, ``<PFX>_Q_OF`` and ``<PFX>_V_OF``:
+    an algorithm that moves a configuration declares them among its helpers."""
+    plain, ff = move_cells(robot)
+    cells = plain + ff
+    return [n.ConstArray("int", f"{pfx}_Q_OF", [qi for qi, _ in cells], qualifiers="static __device__ const",
+                         comment="cell i of the update: q index (a free-flyer's first, after the coordinates "
+                                 "that add their increment)"),
+            n.ConstArray("int", f"{pfx}_V_OF", [vi for _, vi in cells], qualifiers="static __device__ const",
+                         comment="... and its v index")]
+
+
+def move_steps(pfx: str, robot: Robot, out: str, q: str, step: str, local: bool) -> list:
+    """``out = q (+) step`` (pointers; Pinocchio's ``integrate``): one cell per thread in the block
+    layout (the tables of :func:`move_tables`, prefix ``pfx``), straight-line code in the per-state
+    one (``local``).  A free-flyer moves by ``grid_exp6_xyzquat`` (the group ``"lie"``)."""
+    plain, ff = move_cells(robot)
+    if local:
+        return ([n.Stmt(f"{out}[{qi}] = {q}[{qi}] + {step}[{vi}]") for qi, vi in plain]
+                + [n.Stmt(f"grid_exp6_xyzquat(&{out}[{qi}], &{q}[{qi}], &{step}[{vi}])") for qi, vi in ff])
+    body = [n.Stmt(f"const int qi = {pfx}_Q_OF[i], vi = {pfx}_V_OF[i]")]
+    plain_stmt = n.Stmt(f"{out}[qi] = {q}[qi] + {step}[vi]")
+    if ff:
+        body += [n.If(f"i < {len(plain)}", [plain_stmt]),
+                 n.Block("else", [n.Stmt(f"grid_exp6_xyzquat(&{out}[qi], &{q}[qi], &{step}[vi])")])]
+    else:
+        body.append(plain_stmt)
+    return [n.BlockStrideLoop("i", len(plain) + len(ff), body)]
 
 
 def helpers() -> list:

@@ -1,7 +1,8 @@
 """Generated integrator gradient: forward_dynamics_gradient's inner composed by handle (its results,
 qdd and Minv, read where it left them), dIntegrate's 6 x 6 blocks per free-flyer (the framework's
-shared "lie" helpers), then the six blocks cell by cell.  The Euler methods are generated (the
-method fixed at generation time); RK4's gradient runs on the Reference.
+shared "lie" helpers), then the six blocks cell by cell; RK4 composes the gradient at its four
+stages (XImats loaded again at each), the chain rule through them in the tangent spaces.  The method
+is fixed at generation time.
 
 On CI's sample -- iiwa14 (fixed arm), go2 (free-flyer), panda (a mimic finger), g1 (a humanoid, 29
 dofs and a free-flyer) -- at rung 0 and the deepest rung, every tier and both layouts:
@@ -14,9 +15,14 @@ dofs and a free-flyer) -- at rung 0 and the deepest rung, every tier and both la
   4.3e-4 forward error on g1 at cond(M) 2.0e5), the q_next rows, dt Dv times those plus what does not
   depend on qdd, by what is left after that product (1e-4; measured 7e-8 on g1);
 * explicit Euler, float64, in a library of its own at rung 0;
-* the CPU build (CpuHandle) both methods, float64;
+* RK4 in its integrator's libraries (tests/generated.py method_library), both rungs and precisions:
+  float64 at rel 1e-9, float32 at rel 1e-4 but for dqd_next_dq, held to twice the float32 error of
+  the forward-dynamics gradient at the same state (test_rk4_equals_the_reference says why);
+* the CPU build (CpuHandle) every method, float64 (g1's explicit Euler and RK4 with
+  GRID_FULL_SWEEP=1);
 * against central differences of the generated integrator (float64, h = 3e-5, rel 1e-6 as the
-  reference's test), and against Pinocchio's computeABADerivatives and dIntegrate (rel 1e-9).
+  reference's test), against Pinocchio's computeABADerivatives and dIntegrate (rel 1e-9), and RK4's
+  against central differences of RK4 written on Pinocchio's forward dynamics and integrate.
 
 iiwa14 runs semi-implicit Euler at every rung of the ladder forced in turn (tests/generated.py
 rung_targets).  GRID_FULL_SWEEP=1: both Euler methods on every CODEGEN_ROBOTS robot (the five bundled
@@ -32,10 +38,9 @@ import pytest
 
 from conftest import load
 from grid_core import Reference
-from grid_core.errors import CodegenError
 from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
 from tests.generated import (EVERY_RUNG, FULL_SWEEP, INTEGRATOR_SAMPLE, TOL, assert_solves, backend,
-                             integration_library, rung_cases)
+                             integration_library, rk4_gradient_on_cpu, rung_cases)
 from tests.pin_bridge import pin_model, to_pin_q
 
 SAMPLE = INTEGRATOR_SAMPLE
@@ -200,8 +205,96 @@ def test_equals_pinocchios_aba_derivatives_and_dintegrate(name, rng):
     _check(out, expected, 1e-9, f"{name} vs Pinocchio")
 
 
-def test_rk4_is_not_generated():
+# RK4's gradient: in the libraries its integrator's tests build (tests/generated.py method_library), at
+# rung 0 and the deepest rung, in both precisions
+RK4_CASES = [(spill, dtype) for spill in (False, True) for dtype in (np.float64, np.float32)]
+
+
+@pytest.mark.parametrize(("spill", "dtype"), RK4_CASES,
+                         ids=[f"{'deepest-rung' if s else 'rung0'}-{np.dtype(d).name}" for s, d in RK4_CASES])
+@pytest.mark.parametrize("name", SAMPLE)
+def test_rk4_equals_the_reference(name, spill, dtype, rng):
+    """Every tier and both layouts, with and without f_ext: float64 at rel 1e-9; float32 at the suite's
+    rel 1e-4, but for dqd_next_dq = dt/6 (A_1 + 2 A_2 + 2 A_3 + A_4), whose A_k are each stage's
+    forward-dynamics gradient times near-identity blocks and carry its float32 error, which no forward
+    bound below cond(M) eps32 holds: it is held, state by state, to max(1e-4, 2 cond(M) eps32), the
+    bound of fdsva_so's float32 tests, cond(M) at the state's q (g1, cond(M) 1.6e5: RK4 1.3e-4 measured,
+    the bound 1.9e-2; iiwa14, go2 and panda at most 4e-6, within 1e-4)."""
+    robot = load(name)
+    ref = Reference(robot)
+    q, qd, tau, f_ext = _inputs(robot, rng)
+    lib = integration_library("emulated", name, "rk4", 0 if spill else None, dtype)
+    eps = np.finfo(np.float32).eps
+    bounds = [max(TOL[np.float32], 2 * np.linalg.cond(m) * eps) for m in ref.crba(q)]
+    for f in (None, f_ext):
+        expected = ref.integrator_gradient(q, qd, tau, DT, "rk4", f)
+        for layout, tier in LAUNCHES:
+            out = lib.with_launch(layout=layout, tier=tier).integrator_gradient(q, qd, tau, DT, "rk4", f)
+            what = f"{name} rk4 {np.dtype(dtype).name} {layout} tier {tier} spill={spill} f_ext={f is not None}"
+            if dtype is np.float64:
+                _check(out, expected, TOL[dtype], what)
+                continue
+            for k in range(N):
+                assert_close(out[3][k], expected[3][k], bounds[k], f"{what} state {k}: dqd_next_dq")
+            _check([out[k] for k in (0, 1, 2, 4, 5)], [expected[k] for k in (0, 1, 2, 4, 5)], TOL[dtype], what,
+                   [NAMES[k] for k in (0, 1, 2, 4, 5)])
+
+
+@pytest.mark.parametrize("name", [n for n in SAMPLE if rk4_gradient_on_cpu(n)])
+def test_rk4_cpu_build(name, rng):
+    robot = load(name)
+    q, qd, tau, f_ext = _inputs(robot, rng)
+    lib = integration_library("cpu", name, "rk4")
+    for f in (None, f_ext):
+        _check(lib.integrator_gradient(q, qd, tau, DT, "rk4", f), Reference(robot).integrator_gradient(q, qd, tau, DT,
+                                                                                                      "rk4", f),
+               1e-9, f"{name} rk4 cpu f_ext={f is not None}")
+
+
+@pytest.mark.parametrize("name", ["iiwa14", "go2", "g1"])
+def test_rk4_equals_central_differences_of_a_hand_written_rk4_on_pinocchio(name, rng):
+    """The generated RK4 gradient against central differences of RK4 written on Pinocchio (its
+    forward dynamics at each stage, ``integrate`` placing the stages; tests/pin_bridge.py): ``q``
+    moved along the tangent by Pinocchio's ``integrate``, ``q_next``'s rows by its ``difference``
+    at ``q_next`` (float64, h = 3e-5, rel 1e-6 as the Euler methods' finite-difference test)."""
+    import pinocchio as pin
+
+    from tests.pin_bridge import pin_rk4_at
+
+    robot = load(name)
+    model = pin_model(robot)
+    q, qd, tau, _ = (x[0] for x in _inputs(robot, rng))
+    qd = 5 * qd  # base rotations of a few tenths of a radian over the step
+    dt = 0.05
+    grads = integration_library("emulated", name, "rk4").integrator_gradient(q, qd, tau, dt, "rk4")
+    pq = to_pin_q(robot, q)
+    pq_next = pin_rk4_at(robot, pq, qd, tau, dt, model=model)[0]
+
+    def step(pq_, qd_, tau_):
+        q_n, qd_n = pin_rk4_at(robot, pq_, qd_, tau_, dt, model=model)
+        return np.concatenate([pin.difference(model, pq_next, q_n), qd_n])
+
+    h, n = 3e-5, robot.nv
+    eye = np.eye(n)
+    by_q = np.stack([(step(pin.integrate(model, pq, h * e), qd, tau) - step(pin.integrate(model, pq, -h * e), qd, tau))
+                     / (2 * h) for e in eye], axis=1)
+    by_qd = central_fd(lambda x: step(pq, x, tau), qd, h)
+    by_tau = central_fd(lambda x: step(pq, qd, x), tau, h)
+    expected = (by_q[:n], by_qd[:n], by_tau[:n], by_q[n:], by_qd[n:], by_tau[n:])
+    for g, e, what in zip(grads, expected, NAMES):
+        assert_close(g, e, 1e-6, f"{name} rk4 vs central differences of RK4 on Pinocchio: {what}")
+
+
+def test_rk4_composes_the_gradient_by_handle_at_each_stage():
+    """RK4's inner: forward_dynamics_gradient's inner four times, XImats loaded at stages 2-4, the
+    stages placed by the framework's move (grid_exp6_xyzquat) and dIntegrate at each stage's and the
+    final increment."""
     from grid_core.composer import generate
 
-    with pytest.raises(CodegenError, match="RK4's gradient runs on the Reference"):
-        generate(load("iiwa14"), ["integrator_gradient"], algorithm_options={"integrator_gradient": {"method": "rk4"}})
+    header = generate(load("go2"), ["integrator_gradient"], algorithm_options={"integrator_gradient": {"method": "rk4"}})
+    start = header.index("__device__ void integrator_gradient_inner")
+    inner = header[start:header.index("__device__ void integrator_gradient_device", start)]
+    assert inner.count("forward_dynamics_gradient_inner<T") == 4
+    assert inner.count("load_update_XImats<T>(s_XI, s_stage_q)") == 3
+    assert inner.count("grid_exp6_xyzquat(") == 3
+    assert inner.count("grid_dintegrate6(") == 4

@@ -23,7 +23,7 @@ from grid_core import buildcache
 from grid_core.composer import Composer, GenerateOptions, generate
 from grid_core.resources import describe_kernel, parse_ptxas
 from grid_core.runtime.cuda import find_nvcc, nvcc_version
-from tests.generated import GRADIENTS, NVCC_ROBOTS, PARAM_VALUES, nvcc_algorithms
+from tests.generated import FULL_SWEEP, GRADIENTS, NVCC_ROBOTS, PARAM_VALUES, nvcc_algorithms
 
 DRIVER = """
 #include "rung0.cuh"
@@ -36,11 +36,12 @@ template void instantiate<double>();
 """
 
 
-def calls(robot, ns: str, algorithms) -> tuple[list[str], dict[str, int]]:
+def calls(robot, ns: str, algorithms, **options) -> tuple[list[str], dict[str, int]]:
     """C++ calls of every algorithm's launcher and host wrapper (each template flag both ways),
-    and the number of per-state kernels each algorithm must then have."""
+    and the number of per-state kernels each algorithm must then have (``options``: the header's
+    generation options)."""
     out, per_state = [], {}
-    composer = Composer(robot, GenerateOptions())
+    composer = Composer(robot, GenerateOptions(**options))
     for name in algorithms:
         layers = composer.layers(name)
         nulls = ", ".join(["nullptr"] * (len(layers.launch.params) - 5))
@@ -94,11 +95,29 @@ def ptxas_report(sources: dict[str, str], tmp_path: Path) -> str:
 
 @pytest.mark.parametrize(("name", "algorithms"), groups())
 def test_headers_compile_for_sm90_at_every_tier(name, algorithms, tmp_path):
-    robot = load(name)
-    lines, per_state = calls(robot, "grid", algorithms)
-    lines += calls(robot, "grid_spill", algorithms)[0]
-    report = ptxas_report({"rung0.cuh": generate(robot, algorithms, namespace="grid"),
-                           "spill.cuh": generate(robot, algorithms, namespace="grid_spill", target_shared_mem_bytes=0),
+    compiles_at_every_tier(load(name), algorithms, tmp_path)
+
+
+RK4_NVCC_ROBOTS = NVCC_ROBOTS if FULL_SWEEP else ["erd:double_pendulum_continuous"]
+"""The robots whose integrator gradient generated for RK4 (the forward-dynamics gradient inlined at
+four stages) nvcc compiles: CI's smallest (its nvcc check at its time limit), every robot under
+GRID_FULL_SWEEP=1."""
+
+
+@pytest.mark.parametrize("name", RK4_NVCC_ROBOTS)
+def test_rk4_gradient_compiles_for_sm90_at_every_tier(name, tmp_path):
+    compiles_at_every_tier(load(name), ["integrator_gradient"], tmp_path,
+                           algorithm_options={"integrator_gradient": {"method": "rk4"}})
+
+
+def compiles_at_every_tier(robot, algorithms, tmp_path, **options):
+    """``algorithms``' header for ``robot`` (generated with ``options``) at rung 0 and the deepest
+    rung compiles with nvcc for sm_90, every kernel at every tier in both precisions."""
+    lines, per_state = calls(robot, "grid", algorithms, **options)
+    lines += calls(robot, "grid_spill", algorithms, **options)[0]
+    report = ptxas_report({"rung0.cuh": generate(robot, algorithms, namespace="grid", **options),
+                           "spill.cuh": generate(robot, algorithms, namespace="grid_spill", target_shared_mem_bytes=0,
+                                                 **options),
                            "tu.cu": DRIVER.format(calls="\n".join(lines))}, tmp_path)
     kernels = [describe_kernel(r["kernel"]) | {"demangled": r["kernel"]} for r in parse_ptxas(report)]
     for ns in ("grid", "grid_spill"):

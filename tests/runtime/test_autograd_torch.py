@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 import grid_core  # noqa: E402
 from conftest import load  # noqa: E402
 from grid_core import Reference  # noqa: E402
+from grid_core.algorithm import INTEGRATION_METHODS  # noqa: E402
 from grid_core.errors import InputError  # noqa: E402
 from grid_core.runtime import autograd_torch  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
@@ -109,22 +110,28 @@ def test_integrator_free_flyer_gradient_is_the_references_finite_difference(rng)
         np.testing.assert_allclose(x[k].grad.numpy(), fd, rtol=1e-6, atol=1e-6, err_msg=k)
 
 
-def test_integrator_method_fixed_at_generation(rng):
-    """A handle whose integrator is explicit Euler differentiates explicit Euler: the rule calls the
-    gradient kernel with the method the call's code was generated with (the gradient library, built
-    with the default, builds that method's code).  RK4's gradient is not generated: its backward
-    raises, in one line, instead of giving another method's gradient."""
+@pytest.mark.parametrize("method", INTEGRATION_METHODS)
+def test_integrator_method_fixed_at_generation(method, rng):
+    """A library whose integrator and gradient are generated for ``method`` differentiates that
+    method with its own gradient kernel (the rule calls it with the method the call's code was
+    generated with): the forward against the Reference, gradcheck of the backward.  RK4 has no
+    f_ext derivative (its stages see f_ext at other configurations): gradcheck over (q, qd, tau)
+    with f_ext held, and a backward through f_ext raises in one line."""
+    h = integrator_handle(method)
+    assert "integrator_gradient" in h._emitted()  # generated for the method, in the integrator's library
     x = inputs("iiwa14", "integrator", rng)
-    explicit = differentiable_call(integrator_handle("explicit_euler"), "integrator")
+    call = differentiable_call(h, "integrator")
     expected = Reference(load("iiwa14")).integrator(**{k: v.detach().numpy() for k, v in x.items()},
-                                                     **DIFFERENTIABLE_PARAMS["integrator"], method="explicit_euler")
-    for o, e in zip(explicit(*x.values()), expected, strict=True):
+                                                     **DIFFERENTIABLE_PARAMS["integrator"], method=method)
+    for o, e in zip(call(*x.values()), expected, strict=True):
         np.testing.assert_allclose(o.detach().numpy(), e, rtol=0, atol=1e-9 * max(1.0, np.abs(e).max()))
-    assert torch.autograd.gradcheck(explicit, tuple(x.values()))
-    rk4 = differentiable_call(integrator_handle("rk4"), "integrator")
-    q_next, qd_next = rk4(*x.values())
-    with pytest.raises(grid_core.errors.CodegenError, match=r"^integrator_gradient: method 'rk4' is not generated "
-                       r"\(.*RK4's gradient runs on the Reference\)$"):
+    if method != "rk4":
+        assert torch.autograd.gradcheck(call, tuple(x.values()))
+        return
+    f_ext = x["f_ext"].detach()
+    assert torch.autograd.gradcheck(lambda q, qd, tau: call(q, qd, tau, f_ext), (x["q"], x["qd"], x["tau"]))
+    q_next, qd_next = call(*x.values())
+    with pytest.raises(NotImplementedError, match=r"^integrator: no derivative with respect to f_ext for the RK4"):
         (q_next.sum() + qd_next.sum()).backward()
 
 

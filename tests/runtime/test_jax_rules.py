@@ -18,6 +18,7 @@ from jax.test_util import check_grads  # noqa: E402
 import grid_core  # noqa: E402
 from conftest import load  # noqa: E402
 from grid_core import Reference  # noqa: E402
+from grid_core.algorithm import INTEGRATION_METHODS  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
 
 from tests.generated import (DIFFERENTIABLE_PARAMS, SECOND_ORDER_IN_LIBRARY, differentiable_call,  # noqa: E402
@@ -85,19 +86,25 @@ def test_jit_vmap_grad_jacfwd_jacrev_agree_with_the_reference(rng):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=1e-12)
 
 
-def test_integrator_method_fixed_at_generation(rng):
-    """The integrator's rule differentiates the method its code was generated with (explicit Euler
-    here: the Reference's values, check_grads), and RK4's, not generated, raises in one line."""
+@pytest.mark.parametrize("method", INTEGRATION_METHODS)
+def test_integrator_method_fixed_at_generation(method, rng):
+    """The integrator's rule differentiates the method its library was generated for, with that
+    library's gradient kernel (the Reference's values, check_grads); RK4 over (q, qd, tau) with
+    f_ext held (its stages see f_ext at other configurations: no f_ext derivative, which raises)."""
+    h = integrator_handle(method)
+    assert "integrator_gradient" in h._emitted()  # generated for the method, in the integrator's library
     x = inputs("iiwa14", "integrator", rng)
-    explicit = differentiable_call(integrator_handle("explicit_euler"), "integrator")
+    call = differentiable_call(h, "integrator")
     expected = Reference(load("iiwa14")).integrator(**dict(zip(RULES["integrator"].inputs, map(np.asarray, x))),
-                                                     **DIFFERENTIABLE_PARAMS["integrator"], method="explicit_euler")
-    for o, e in zip(explicit(*x), expected, strict=True):
+                                                     **DIFFERENTIABLE_PARAMS["integrator"], method=method)
+    for o, e in zip(call(*x), expected, strict=True):
         np.testing.assert_allclose(np.asarray(o), e, rtol=0, atol=1e-9 * max(1.0, np.abs(e).max()))
-    check_grads(explicit, tuple(x), order=1, modes=("fwd", "rev"))
-    rk4 = differentiable_call(integrator_handle("rk4"), "integrator")
-    with pytest.raises(grid_core.errors.CodegenError, match=r"^integrator_gradient: method 'rk4' is not generated"):
-        jax.grad(lambda *a: sum(jnp.sum(o) for o in rk4(*a)))(*x)
+    if method != "rk4":
+        check_grads(call, tuple(x), order=1, modes=("fwd", "rev"))
+        return
+    check_grads(lambda q, qd, tau: call(q, qd, tau, x[3]), tuple(x[:3]), order=1, modes=("fwd", "rev"))
+    with pytest.raises(NotImplementedError, match=r"^integrator: no derivative with respect to f_ext for the RK4"):
+        jax.grad(lambda *a: sum(jnp.sum(o) for o in call(*a)), argnums=3)(*x)
 
 
 def test_a_handle_of_the_forward_op_builds_its_gradient_library(rng):
