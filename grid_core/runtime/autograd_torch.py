@@ -234,7 +234,7 @@ def _define_jacobians(plan, rule) -> None:
 
     def jac_vjp(handle, grads, *args):
         backend = _HANDLES[handle]
-        sb = second_order_backend(backend)
+        sb = second_order_backend(backend, name)
         states, params = _split(plan, args)
         x, single = _batched_inputs(plan, states)
         wanted = {p.name for p, w, s in zip(plan.states, args[-1], states) if w and s is not None}

@@ -304,23 +304,24 @@ def second_vjps(rule: Rule, kernels: Kernels, x: dict, params: dict, grads: dict
     return result
 
 
-def second_order_backend(backend):
-    """The build holding the kernels of the second derivatives of ``backend``'s rules
-    (:attr:`~grid_core.derivatives.SecondRule.needs`, idsva_so for inverse dynamics): ``backend``
-    itself where its library holds them (a handle built with them listed), else the build of its
-    robot holding them and nothing else, built once, on the first second derivative, and kept on
-    ``backend`` (a handle's gradient library never holds them: the first derivatives do not need
-    them, and idsva_so's code is the largest of a robot's)."""
+def second_order_backend(backend, name: str):
+    """The build holding the kernels of the second derivatives of algorithm ``name``'s rule
+    (:attr:`~grid_core.derivatives.SecondRule.needs`: idsva_so for inverse dynamics, fdsva_so for
+    forward dynamics): ``backend`` itself where its library holds them (a handle built with them
+    listed), else the build of its robot holding the second derivatives' kernels of every rule of
+    ``backend`` whose kernels its library lacks, and nothing else: one build, made on the first
+    second derivative and kept on ``backend`` (a handle's gradient library never holds them: the
+    first derivatives do not need them, and idsva_so's and fdsva_so's code is the largest of a
+    robot's)."""
+    rules, own = registered_rules(), set(backend._emitted())
+    if set(rules[name].second.needs) <= own:
+        return backend
     sb = backend.__dict__.get("_second_order_backend")
     if sb is None:
         from ..hooks import registry
 
-        rules = registered_rules()
-        needs = {n for a in backend._emitted() if a in rules and rules[a].second is not None
-                 for n in rules[a].second.needs}
-        if needs <= set(backend._emitted()):
-            backend.__dict__["_second_order_backend"] = backend
-            return backend
+        needs = {n for a in own if a in rules and rules[a].second is not None
+                 and not set(rules[a].second.needs) <= own for n in rules[a].second.needs}
         sb = backend._copy("_port_cache", "_frame_builds", "_jax_functions", "_gradient_backend", "_torch_key",
                            "_second_order_backend")
         sb.algorithms = [a for a in registry().algorithms if a in needs]

@@ -80,7 +80,8 @@ def differentiable(backend, plan, present, params, core, raw):
         gb = gradient_backend(backend)
         kernels = kernels_of(gb, lambda name, xs, ps: kernel(gb, name, xs, ps), _namespace())
         ys = jax.tree_util.tree_map(lambda a: a[None] if single else a, y)
-        jacobians = _differentiable_jacobians(plan.name, rule, kernels, lambda: second_order_backend(backend),
+        jacobians = _differentiable_jacobians(plan.name, rule, kernels,
+                                              lambda: second_order_backend(backend, plan.name),
                                               chart_of(gb), kernel)
         ty = jvps(rule, kernels, x, values, t, chart_of(gb), outs, ys, jacobians)
         return y, jax.tree_util.tree_map(lambda a: a[0] if single else a, ty)

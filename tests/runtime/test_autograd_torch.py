@@ -18,7 +18,7 @@ from grid_core import Reference  # noqa: E402
 from grid_core.algorithm import INTEGRATION_METHODS  # noqa: E402
 from grid_core.errors import InputError  # noqa: E402
 from grid_core.runtime import autograd_torch  # noqa: E402
-from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
+from grid_core.runtime.derivatives import gradient_backend, registered_rules, second_order_backend  # noqa: E402
 
 from tests.generated import (DIFFERENTIABLE_PARAMS, SECOND_ORDER_IN_LIBRARY, differentiable_call,  # noqa: E402
                              differentiable_inputs, gradient_gpu_handle, gradient_handle, integrator_handle)
@@ -184,7 +184,7 @@ def test_gradgradcheck_of_inverse_dynamics(name, rng):
 
     # g1 (2 x 106 inputs: a double backward per gradient element in full mode): the fast mode's projections
     assert torch.autograd.gradgradcheck(call, (x["q"], x["qd"], x["qdd"]), fast_mode=name == "g1")
-    sb = h.__dict__["_second_order_backend"]
+    sb = second_order_backend(h, "inverse_dynamics")
     assert sb is h if shared else sb.algorithms == ["idsva_so"]  # (with what it composes)
 
 

@@ -19,7 +19,7 @@ import grid_core  # noqa: E402
 from conftest import load  # noqa: E402
 from grid_core import Reference  # noqa: E402
 from grid_core.algorithm import INTEGRATION_METHODS  # noqa: E402
-from grid_core.runtime.derivatives import gradient_backend, registered_rules  # noqa: E402
+from grid_core.runtime.derivatives import gradient_backend, registered_rules, second_order_backend  # noqa: E402
 
 from tests.generated import (DIFFERENTIABLE_PARAMS, SECOND_ORDER_IN_LIBRARY, differentiable_call,  # noqa: E402
                              differentiable_inputs, gradient_gpu_handle, gradient_handle, integrator_handle)
@@ -143,7 +143,7 @@ def test_check_grads_of_order_two_of_inverse_dynamics(name, rng):
     for hessian in (jax.jit(jax.hessian(weighted)), jax.jacfwd(jax.grad(weighted)), jax.jacrev(jax.grad(weighted))):
         np.testing.assert_allclose(np.asarray(hessian(qd[0])), np.einsum("i,ijk->jk", np.asarray(w), d2qd),
                                    rtol=1e-9, atol=1e-9 * np.abs(d2qd).max())
-    sb = h.__dict__["_second_order_backend"]
+    sb = second_order_backend(h, "inverse_dynamics")
     assert sb is h if name in SECOND_ORDER_IN_LIBRARY else sb.algorithms == ["idsva_so"]
 
 
