@@ -19,7 +19,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import spill_ladder
-from grid_core.derivatives import Rule
+from grid_core.derivatives import Rule, SecondRule
 from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
@@ -320,6 +320,11 @@ def _jacobians(kernels, x, params, wanted):
     return kernels.jacobians("forward_dynamics", x, params, wanted)
 
 
+def _hessians(kernels, x, params, wanted):
+    """Their derivatives: ``forward_dynamics``'s second derivatives (that rule, by name)."""
+    return kernels.rule("forward_dynamics").second.hessians(kernels, x, params, wanted)
+
+
 class ABA(Algorithm):
     name = "aba"
     inverts_mass_matrix = True
@@ -368,7 +373,7 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
     )
     emitter = AbaEmitter
     derivatives = Rule(("q", "qd", "tau", "f_ext"), ("forward_dynamics_gradient", "minv", "inverse_dynamics"),
-                       _jacobians)
+                       _jacobians, second=SecondRule(("q", "qd", "tau"), ("fdsva_so",), _hessians))
 
     def inputs(self, robot: Robot):
         return dynamics_inputs(robot, "tau")

@@ -22,7 +22,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import frame_inputs
 from grid_core.arena import spill_ladder
-from grid_core.derivatives import LEVI_CIVITA, Rule
+from grid_core.derivatives import LEVI_CIVITA, Rule, SecondRule
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit import sweeps
@@ -162,16 +162,37 @@ _EMBED_C = np.eye(3, 4)
 _LAST = np.eye(4)[3]
 
 
-def _jacobians(kernels, x, params, wanted):
-    """From the frame Jacobians (``end_effector_pose_gradient``, rows ``[linear; angular]`` in
-    world-aligned axes): ``dp/dq = J[:3]``, ``dR/dq_j = skew(J[3:, j]) R``."""
-    q, xp = x["q"], kernels.xp
+def _pose_terms(kernels, q):
+    """``(T, J, dR, consts)``: the poses, the frame Jacobians (``end_effector_pose_gradient``, rows
+    ``[linear; angular]`` in world-aligned axes), ``dR[b, f, x, d, j] = (skew(J[3:, j]) R)[x, d]``
+    (``skew(w)[x, y] = -eps[x, y, z] w[z]``) and the constants ``(eps, E, C, e4)``."""
+    xp = kernels.xp
     T, J = kernels("end_effector_pose", q), kernels("end_effector_pose_gradient", q)
-    eps, E, C, e4 = (xp.const(a, q) for a in (LEVI_CIVITA, _EMBED_R, _EMBED_C, _LAST))
-    # skew(w) R, skew(w)[x, y] = -eps[x, y, z] w[z]
-    dR = -xp.einsum("xyz,bfzj,bfyd->bfxdj", eps, J[:, :, 3:], T[:, :, :3, :3])
+    consts = tuple(xp.const(a, q) for a in (LEVI_CIVITA, _EMBED_R, _EMBED_C, _LAST))
+    dR = -xp.einsum("xyz,bfzj,bfyd->bfxdj", consts[0], J[:, :, 3:], T[:, :, :3, :3])
+    return T, J, dR, consts
+
+
+def _jacobians(kernels, x, params, wanted):
+    """From the frame Jacobians: ``dp/dq = J[:3]``, ``dR/dq_j = skew(J[3:, j]) R``."""
+    xp = kernels.xp
+    _, J, dR, (_, E, C, e4) = _pose_terms(kernels, x["q"])
     dT = xp.einsum("rx,bfxdj,dc->bfrcj", E, dR, C) + xp.einsum("rx,bfxj,c->bfrcj", E, J[:, :, :3], e4)
     return {"q": dT}
+
+
+def _hessians(kernels, x, params, wanted):
+    """The derivative along ``q_k`` of the Jacobian's column ``j``, from the Hessian of the frame
+    Jacobians (``end_effector_pose_hessian``, ``H[f, r, j, k] = dJ[f, r, j]/dq_k``): ``d2p = H[:3]``,
+    ``d(skew(w_j) R)/dq_k = skew(H[3:, j, k]) R + skew(w_j) skew(w_k) R`` (``dR/dq_k = skew(w_k) R``,
+    ``w = J[3:]``)."""
+    q, xp = x["q"], kernels.xp
+    T, J, dR, (eps, E, C, e4) = _pose_terms(kernels, q)
+    H = kernels("end_effector_pose_hessian", q)
+    d2R = -xp.einsum("xyz,bfzjk,bfyd->bfxdjk", eps, H[:, :, 3:], T[:, :, :3, :3]) \
+        - xp.einsum("xyz,bfzj,bfydk->bfxdjk", eps, J[:, :, 3:], dR)
+    d2T = xp.einsum("rx,bfxdjk,dc->bfrcjk", E, d2R, C) + xp.einsum("rx,bfxjk,c->bfrcjk", E, H[:, :, :3], e4)
+    return {"q": {"q": d2T}}
 
 
 class EndEffectorPose(Algorithm):
@@ -183,7 +204,10 @@ kinematics) composed with the frame's fixed placement in that body.
 """
     depends_on = ("forward_kinematics",)
     emitter = EndEffectorPoseEmitter
-    derivatives = Rule(("q",), ("end_effector_pose", "end_effector_pose_gradient"), _jacobians)
+    derivatives = Rule(("q",), ("end_effector_pose", "end_effector_pose_gradient"), _jacobians,
+                       second=SecondRule(("q",), ("end_effector_pose", "end_effector_pose_gradient",
+                                                  "end_effector_pose_hessian"), _hessians))
+    """Second derivatives (a PyTorch double backward, a JAX Hessian) in q from end_effector_pose_hessian."""
     review = ParallelismReview(
         P1=done("block layout: the supporting bodies' world frames are composed root to leaves level by "
                 "level, the bodies of a level in parallel (one warp each, one barrier per level)"),

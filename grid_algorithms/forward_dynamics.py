@@ -16,7 +16,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import callee_rung, spill_ladder
-from grid_core.derivatives import Rule
+from grid_core.derivatives import Rule, SecondRule
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter, LayerOptions
 from grid_core.emit.expr import Scope, sum_terms
@@ -138,6 +138,21 @@ def _jacobians(kernels, x, params, wanted):
     return J
 
 
+def _hessians(kernels, x, params, wanted):
+    """The derivatives of the Jacobians in ``q``, ``qd``, ``tau``: fdsva_so's four tensors.
+    ``d(dqdd/dq)/d(q, qd, tau)`` is ``d2qdd_dq2``, ``d2qdd_dqdqd`` and ``d2qdd_dq_dtau``;
+    ``d(dqdd/dqd)/dq`` is ``d2qdd_dqdqd[i, k, j]`` (the derivatives along q and along qd commute: qd is
+    a vector space), ``/dqd`` ``d2qdd_dqd2``; ``d(Minv)/dq`` is ``d2qdd_dq_dtau[i, k, j]``; ``dqdd/dqd =
+    -Minv dID/dqd`` and ``Minv`` do not depend on ``tau`` (inverse dynamics is linear in qdd), nor
+    ``Minv`` on ``qd``."""
+    d2q, d2qd, d2qqd, d2qtau = kernels("fdsva_so", x["q"], x["qd"], x["tau"], x.get("f_ext"), **params)
+    swap = kernels.xp.einsum
+    H = {"q": {"q": d2q, "qd": d2qqd, "tau": d2qtau},
+         "qd": {"q": swap("bikj->bijk", d2qqd), "qd": d2qd},
+         "tau": {"q": swap("bikj->bijk", d2qtau)}}
+    return {a: {b: h for b, h in hs.items() if b in wanted} for a, hs in H.items()}
+
+
 class ForwardDynamics(Algorithm):
     name = "forward_dynamics"
     summary = "joint accelerations qdd = Minv(q) (tau - ID(q, qd, 0, f_ext)), composed (or by ABA)"
@@ -149,8 +164,9 @@ class ForwardDynamics(Algorithm):
     depends_on = ("minv", "inverse_dynamics", "aba")
     emitter = ForwardDynamicsEmitter
     derivatives = Rule(("q", "qd", "tau", "f_ext"), ("forward_dynamics_gradient", "minv", "inverse_dynamics"),
-                       _jacobians)
-    """The f_ext column calls inverse dynamics' rule, whose f_ext Jacobian calls ``inverse_dynamics``."""
+                       _jacobians, second=SecondRule(("q", "qd", "tau"), ("fdsva_so",), _hessians))
+    """The f_ext column calls inverse dynamics' rule, whose f_ext Jacobian calls ``inverse_dynamics``.
+    Second derivatives (a PyTorch double backward, a JAX Hessian) in q, qd and tau from fdsva_so."""
     review = ParallelismReview(
         P1=not_applicable("no tree recursion of its own: the recursions are its callees' (minv's and "
                           "inverse_dynamics', or aba's: see their reviews)"),

@@ -54,9 +54,11 @@ DERIVATIVE_ROBOTS = ["iiwa14", "go2", "g1"]
 floating bases, a humanoid among them."""
 SECOND_ORDER_IN_LIBRARY = ["g1"]
 """The DERIVATIVE_ROBOTS whose CPU library holds the kernels of the second derivatives too (idsva_so, in
-its loop form on g1): g1's second-derivative tests (PyTorch gradgradcheck, JAX check_grads of order 2)
-call them from it, where a library of their own would be a second build of the humanoid; iiwa14's and
-go2's handles build theirs on the first second derivative (the lazy build those tests assert)."""
+its loop form on g1, fdsva_so and the end-effector pose Hessian): g1's second-derivative tests (PyTorch
+gradgradcheck, JAX check_grads of order 2) call them from it, where a library of their own would be a
+second build of the humanoid; iiwa14's and go2's handles build theirs on the first second derivative (the
+lazy build those tests assert: idsva_so and fdsva_so, and the pose Hessian on go2, which CI builds on
+CPU_GRADIENT_SAMPLE only)."""
 CPU_GRADIENT_SAMPLE = NVCC_SAMPLE
 """CI's sample for the gradients on the CPU in both precisions (g++ -O3 of a humanoid's gradients takes
 minutes); every robot with GRID_FULL_SWEEP=1."""

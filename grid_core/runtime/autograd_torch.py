@@ -7,8 +7,8 @@ gradient times the Jacobians of :mod:`~grid_core.runtime.derivatives` (the gener
 kernels, through the handle's gradient library:
 :func:`~grid_core.runtime.derivatives.gradient_backend`), itself not differentiable.  Where the
 rule declares second derivatives (:class:`~grid_core.derivatives.SecondRule`: inverse dynamics in
-q, qd and qdd) and the backward runs under ``create_graph``, the gradient is formed instead by
-PyTorch operations on the Jacobians of the operator ``grid::<algorithm>_jac``, whose backward
+q, qd and qdd, forward dynamics and ABA in q, qd and tau, the end-effector pose in q) and the
+backward runs under ``create_graph``, the gradient is formed instead by PyTorch operations on the Jacobians of the operator ``grid::<algorithm>_jac``, whose backward
 ``grid::<algorithm>_jac_vjp`` contracts their gradients with the second derivatives (kernels of
 :func:`~grid_core.runtime.derivatives.second_order_backend`: the handle's library where it holds
 them, else built on the first double backward); elsewhere a double backward raises.  A handle's

@@ -11,10 +11,12 @@ kernel.
 
 The Jacobians are themselves a ``jax.custom_jvp`` function of the state inputs, whose tangent is
 the rule's second derivatives (:class:`~grid_core.derivatives.SecondRule`: idsva_so's tensors for
-inverse dynamics in q, qd and qdd, through :func:`~grid_core.runtime.derivatives.second_order_backend`)
-times the inputs' tangents; the contraction and the free-flyer chart are JAX operations.  So a
-second derivative (``jax.hessian``, ``jax.jacfwd`` of ``jax.grad``, ``jax.grad`` of a
-vector-Jacobian product) of inverse dynamics in q, qd and qdd holds in every mode; one with respect
+inverse dynamics in q, qd and qdd, fdsva_so's for forward dynamics and ABA in q, qd and tau,
+end_effector_pose_hessian's for the end-effector pose in q, through
+:func:`~grid_core.runtime.derivatives.second_order_backend`) times the inputs' tangents; the
+contraction and the free-flyer chart are JAX operations.  So a second derivative (``jax.hessian``,
+``jax.jacfwd`` of ``jax.grad``, ``jax.grad`` of a vector-Jacobian product) of those calls in those
+inputs holds in every mode; one with respect
 to another input, or of another call's gradient, raises ``NotImplementedError``.  No third
 derivative (the second-order kernels have no rule).
 """

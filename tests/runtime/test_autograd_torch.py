@@ -21,7 +21,8 @@ from grid_core.runtime import autograd_torch  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules, second_order_backend  # noqa: E402
 
 from tests.generated import (DIFFERENTIABLE_PARAMS, SECOND_ORDER_IN_LIBRARY, differentiable_call,  # noqa: E402
-                             differentiable_inputs, gradient_gpu_handle, gradient_handle, integrator_handle)
+                             differentiable_inputs, gradient_gpu_handle, gradient_handle, integrator_handle,
+                             second_order_algorithms)
 
 ROBOTS = ["iiwa14", "go2", "g1"]
 RULES = registered_rules()
@@ -163,29 +164,47 @@ def test_grad_mode_and_refusals(rng):
         h.inverse_dynamics(x["q"], bad, x["qdd"])
 
 
-@pytest.mark.parametrize("name", ROBOTS)
-def test_gradgradcheck_of_inverse_dynamics(name, rng):
-    """Double backward of inverse dynamics in q, qd and qdd (f_ext given, held): the gradient
-    formed, under create_graph, from the Jacobians' operator, whose backward is idsva_so's second
-    derivatives, and on the free-flyers from the chart at q (differentiated by PyTorch), held to finite
-    differences of the analytic first derivatives by gradgradcheck in float64.  iiwa14's and go2's
-    second-order library (idsva_so and what it composes) is built by the first double backward, never
-    by the handle or a first backward; g1's CPU library holds idsva_so (SECOND_ORDER_IN_LIBRARY), which
-    is then its own second-order library."""
-    h = cpu(name)
-    x = inputs(name, "inverse_dynamics", rng)
-    f_ext = x["f_ext"].detach()
-    h.inverse_dynamics(x["q"], x["qd"], x["qdd"], f_ext).sum().backward()
-    shared = name in SECOND_ORDER_IN_LIBRARY
-    assert ("idsva_so" in h._emitted()) == shared and ("idsva_so" in gradient_backend(h)._emitted()) == shared
+SECOND = sorted(a for a, r in RULES.items() if r.second is not None)
+"""The calls with second derivatives: inverse dynamics (idsva_so), forward dynamics and ABA (fdsva_so), the
+end-effector pose (end_effector_pose_hessian)."""
 
-    def call(q, qd, qdd):
-        return h.inverse_dynamics(q, qd, qdd, f_ext)
+
+def test_second_derivatives_declared():
+    assert SECOND == ["aba", "end_effector_pose", "forward_dynamics", "inverse_dynamics"]
+
+
+@pytest.mark.parametrize("alg", SECOND)
+@pytest.mark.parametrize("name", ROBOTS)
+def test_gradgradcheck_of_second_derivatives(name, alg, rng):
+    """Double backward in the inputs of the call's second derivatives (the others, f_ext, given and
+    held): the gradient formed, under create_graph, from the Jacobians' operator, whose backward is the
+    second-order kernels' tensors, and on the free-flyers from the chart at q (differentiated by
+    PyTorch), held to finite differences of the analytic first derivatives by gradgradcheck in float64.
+    Where the robot's CPU library lacks those kernels (idsva_so and fdsva_so on iiwa14 and go2, the pose
+    Hessian on go2) one second-order library of them is built by the first double backward, never by
+    the handle or a first backward; g1's CPU library holds them all (SECOND_ORDER_IN_LIBRARY) and is its
+    own."""
+    h = cpu(name)
+    second = RULES[alg].second
+    x = inputs(name, alg, rng)
+    n = len(second.inputs)
+    varied, held = list(x.values())[:n], [v.detach() for v in list(x.values())[n:]]
+    assert list(x)[:n] == list(second.inputs)
+    method = differentiable_call(h, alg)
+    method(*x.values()).sum().backward()
+    own = set(second.needs) <= set(h._emitted())
+    assert own or name not in SECOND_ORDER_IN_LIBRARY
+    second_only = set(second.needs) - set(RULES[alg].needs)
+    assert bool(second_only & set(gradient_backend(h)._emitted())) == own
+
+    def call(*xs):
+        return method(*xs, *held)
 
     # g1 (2 x 106 inputs: a double backward per gradient element in full mode): the fast mode's projections
-    assert torch.autograd.gradgradcheck(call, (x["q"], x["qd"], x["qdd"]), fast_mode=name == "g1")
-    sb = second_order_backend(h, "inverse_dynamics")
-    assert sb is h if shared else sb.algorithms == ["idsva_so"]  # (with what it composes)
+    assert torch.autograd.gradgradcheck(call, tuple(varied), fast_mode=name == "g1")
+    sb = second_order_backend(h, alg)
+    assert sb is h if own else (sb is h.__dict__["_second_order_backend"] and set(second.needs) <= set(sb.algorithms)
+                                and set(sb.algorithms) <= set(second_order_algorithms()))
 
 
 def test_double_backward_raises_where_no_second_derivative_exists(rng):

@@ -1,8 +1,9 @@
 """JAX derivative rules of the differentiable calls (grid_core.runtime.jax_rules) on XLA:CPU with
 CpuHandle libraries: ``jax.test_util.check_grads`` (forward and reverse mode, float64) of every
 op on a fixed arm and two floating bases, of order 2 for inverse dynamics (its second derivatives
-from idsva_so), and the transformations composed (jit, vmap, grad, jacfwd, jacrev) against central
-differences of the Reference."""
+from idsva_so), forward dynamics and ABA (fdsva_so) and the end-effector pose (its Hessian), and
+the transformations composed (jit, vmap, grad, jacfwd, jacrev) against central differences of the
+Reference."""
 
 from __future__ import annotations
 
@@ -143,8 +144,60 @@ def test_check_grads_of_order_two_of_inverse_dynamics(name, rng):
     for hessian in (jax.jit(jax.hessian(weighted)), jax.jacfwd(jax.grad(weighted)), jax.jacrev(jax.grad(weighted))):
         np.testing.assert_allclose(np.asarray(hessian(qd[0])), np.einsum("i,ijk->jk", np.asarray(w), d2qd),
                                    rtol=1e-9, atol=1e-9 * np.abs(d2qd).max())
-    sb = second_order_backend(h, "inverse_dynamics")
-    assert sb is h if name in SECOND_ORDER_IN_LIBRARY else sb.algorithms == ["idsva_so"]
+    assert second_order_backend(h, "inverse_dynamics") is h if name in SECOND_ORDER_IN_LIBRARY else \
+        "idsva_so" in h.__dict__["_second_order_backend"].algorithms
+
+
+@pytest.mark.parametrize("alg", ["forward_dynamics", "aba"])
+@pytest.mark.parametrize("name", ROBOTS)
+def test_check_grads_of_order_two_of_forward_dynamics(name, alg, rng):
+    """Second derivatives of forward dynamics (and of ABA, the same rule by name) in q, qd and tau
+    (f_ext given, held), through the Jacobians' rule (fdsva_so's tensors) and on the free-flyers the
+    chart: check_grads of order 2 in both modes against finite differences of the analytic first
+    derivatives, in float64; the Hessian in qd of a weighted sum of qdd (jax.jit of jax.hessian,
+    jax.jacfwd and jax.jacrev of jax.grad) and the mixed one in (tau, q) against the Reference's
+    fdsva_so (d2qdd_dqd2 and d2qdd_dq_dtau; q's columns on iiwa14, whose q is its tangent)."""
+    h = cpu(name)
+    q, qd, tau, f_ext = inputs(name, alg, rng)
+    ref = Reference(load(name))
+
+    def call(a, b, c):
+        return getattr(h, alg)(a, b, c, f_ext)
+
+    expected = getattr(ref, alg)(*map(np.asarray, (q, qd, tau, f_ext)))
+    np.testing.assert_allclose(np.asarray(call(q, qd, tau)), expected, rtol=0, atol=1e-9 * np.abs(expected).max())
+    check_grads(call, (q, qd, tau), order=2, modes=("fwd", "rev"))
+    w = jnp.asarray(rng.normal(size=qd.shape[1]))
+
+    def weighted(a, b, c):
+        return getattr(h, alg)(a, b, c, f_ext[0]) @ w
+
+    so = ref.fdsva_so(*(np.asarray(a[0]) for a in (q, qd, tau, f_ext)))
+    d2qd = np.einsum("i,ijk->jk", np.asarray(w), so[1])
+    for hessian in (jax.jit(jax.hessian(weighted, argnums=1)), jax.jacfwd(jax.grad(weighted, argnums=1), argnums=1),
+                    jax.jacrev(jax.grad(weighted, argnums=1), argnums=1)):
+        np.testing.assert_allclose(np.asarray(hessian(q[0], qd[0], tau[0])), d2qd, rtol=1e-9,
+                                   atol=1e-9 * np.abs(d2qd).max())
+    if name == "iiwa14":
+        mixed = jax.jacfwd(jax.grad(weighted, argnums=2), argnums=0)(q[0], qd[0], tau[0])  # [tau_k, q_j]
+        d2 = np.einsum("i,ijk->kj", np.asarray(w), so[3])
+        np.testing.assert_allclose(np.asarray(mixed), d2, rtol=1e-9, atol=1e-9 * np.abs(d2).max())
+
+
+@pytest.mark.parametrize("name", ROBOTS)
+def test_check_grads_of_order_two_of_the_end_effector_pose(name, rng):
+    """Second derivatives of the end-effector poses in q, through the Jacobians' rule (the pose
+    Hessian's tensor) and on the free-flyers the chart: check_grads of order 2 in both modes against
+    finite differences of the analytic first derivatives, in float64; on iiwa14 (q its tangent) the
+    Hessian of the frames' origins against the Reference's end_effector_pose_hessian (its linear rows,
+    symmetric on a fixed base)."""
+    h = cpu(name)
+    q, = inputs(name, "end_effector_pose", rng)
+    check_grads(h.end_effector_pose, (q,), order=2, modes=("fwd", "rev"))
+    if name == "iiwa14":
+        origins = jax.hessian(lambda a: h.end_effector_pose(a)[:, :3, 3])(q[0])
+        H = Reference(load(name)).end_effector_pose_hessian(np.asarray(q[0]))[:, :3]
+        np.testing.assert_allclose(np.asarray(origins), H, rtol=1e-9, atol=1e-9 * np.abs(H).max())
 
 
 def test_second_derivatives_not_declared_raise(rng):
