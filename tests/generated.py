@@ -255,16 +255,32 @@ def method_library(kind: str, name: str, method: str, target: int | None, dtype)
     GRID_FULL_SWEEP=1, on g1 (the gradient's four stages there add over 100 CPU s of g++ -O3; g1's
     RK4 gradient stays in emulation at both rungs and precisions)."""
     from grid_core import CpuHandle
-    from grid_core.testing import Emulated
 
     algorithms = ["integrator"] if kind == "cpu" and method == "rk4" and not rk4_gradient_on_cpu(name, dtype) else \
         ["integrator", "integrator_gradient"]
     opts = {"algorithm_options": {a: {"method": method} for a in algorithms}}
     if kind == "cpu":
         handle = CpuHandle(load(name), algorithms, dtype, quiet=True, **opts)
+        handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
+        return handle
+    return library(kind, name, algorithms, dtype, **opts, **rung_options(target))
+
+
+def library(kind: str, name: str, algorithms: list[str], dtype, **options):
+    """Robot ``name``'s library of ``algorithms`` generated with ``options`` (a shared-memory target, an
+    algorithm's options): host-emulated (``kind`` ``"emulated"``, Emulated) or on a CUDA device
+    (``"gpu"``, RobotHandle), outputs starting as NaN (an element the kernel never writes fails): the
+    libraries of the algorithms outside the shared one (the second order, an integration method's)."""
+    if kind == "gpu":
+        from grid_core.runtime import RobotHandle
+
+        handle = RobotHandle(load(name), algorithms, dtype, quiet=True, **options)
     else:
-        handle = Emulated(load(name), algorithms, dtype, quiet=True, **opts, **rung_options(target))
-    handle.set_poison(True)  # outputs start as NaN: an element the kernel never writes fails
+        assert kind == "emulated", kind
+        from grid_core.testing import Emulated
+
+        handle = Emulated(load(name), algorithms, dtype, quiet=True, **options)
+    handle.set_poison(True)
     return handle
 
 
@@ -337,6 +353,17 @@ def rung_cases(algorithm: str, ci: dict, options: tuple = (), robots=None) -> li
             if FULL_SWEEP or ci[name] == EVERY_RUNG or label in ci[name]:
                 out.append(pytest.param(name, target, id=f"{name}-{label}"))
     return out
+
+
+def gpu_rung_cases(algorithm: str, labels: tuple = ("rung0", "deepest-rung"), options: tuple = (),
+                   every_rung: tuple = ()) -> list:
+    """``(name, target)`` parameters of ``algorithm``'s GPU cases (the ``gpu`` marker), ids
+    ``gpu-<robot>-<label>``: :func:`rung_cases` on GPU_ROBOTS, the builds of ``labels`` on each (the
+    default target and the deepest rung), every build of :func:`rung_targets` on those of ``every_rung``
+    (the robots whose emulated cases force every rung; every GPU robot under GRID_FULL_SWEEP=1)."""
+    ci = {name: EVERY_RUNG if name in every_rung else labels for name in GPU_ROBOTS}
+    return [pytest.param(*c.values, id=f"gpu-{c.id}", marks=pytest.mark.gpu)
+            for c in rung_cases(algorithm, ci, options, GPU_ROBOTS)]
 
 
 def rung_options(target) -> dict:
@@ -526,14 +553,6 @@ def check_ring_forms(kind: str, name: str, algorithm: str, forms: list[tuple[dic
         assert (whole, flushes > 0) == ((1, False) if whole_block else (0, True)), (form, whole, flushes)
         flushes += whole
         for dtype in (np.float64, np.float32) if kind == "gpu" else (np.float64,):
-            if kind == "gpu":
-                from grid_core.runtime import RobotHandle
-
-                b = RobotHandle(robot, [algorithm], dtype, quiet=True, **opts)
-            else:
-                from grid_core.testing import Emulated
-
-                b = Emulated(robot, [algorithm], dtype, quiet=True, **opts)
-            b.set_poison(True)
+            b = library(kind, name, [algorithm], dtype, **opts)
             out = getattr(b.with_launch(layout="per_state"), algorithm)(q)
             assert_close(out, expected, TOL[dtype], f"{name} {algorithm} {form} {np.dtype(dtype).name} ({flushes} flushes)")

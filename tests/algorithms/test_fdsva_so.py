@@ -35,6 +35,10 @@ eps32; bound 3.1e-3), panda 7.3e-6 at cond(M) 5.8e2 (bound 1.4e-4), atlas 9.3e-5
 on talos_reduced, 2.6e-14 on simple_humanoid.  The humanoids' emulation libraries under the sweep:
 talos_reduced 47.8 CPU s, simple_humanoid 37.0, g1 at the forced rung 3 54.3; g1's CPU library
 (float64) 164.6 CPU s, its four tensors at most 1.3e-12 from the reference on 5 states.
+
+The GPU (the ``gpu`` marker, ids ``gpu-...``): the same check, bounds and reference on GPU_ROBOTS
+(iiwa14, hyq, atlas and g1) at the default target and the deepest rung, both precisions
+(tests/generated.py gpu_rung_cases; every rung under GRID_FULL_SWEEP=1).
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state, rel_error
-from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, rung_cases, rung_options
+from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, gpu_rung_cases, library, rung_cases, rung_options
 
 N = 3
 NAMES = ("d2qdd_dq2", "d2qdd_dqd2", "d2qdd_dqdqd", "d2qdd_dq_dtau")
@@ -72,15 +76,18 @@ def f32_bound(cond: float) -> float:
 
 
 @functools.cache
-def emulated(name: str, target: int | None, dtype, **options):
-    from grid_core.testing import Emulated
-
+def generated(kind: str, name: str, target: int | None, dtype, **options):
+    """fdsva_so's library (tests/generated.py library: outputs start as NaN, a cell the kernel never
+    writes fails), host-emulated or on the GPU."""
     opts = rung_options(target)
     if options:
         opts["algorithm_options"] = {"fdsva_so": dict(options)}
-    handle = Emulated(load(name), ["fdsva_so"], dtype, quiet=True, **opts)
-    handle.set_poison(True)  # outputs start as NaN: a cell the kernel never writes fails
-    return handle
+    return library(kind, name, ["fdsva_so"], dtype, **opts)
+
+
+def emulated(name: str, target: int | None, dtype, **options):
+    """:func:`generated`'s host-emulated library."""
+    return generated("emulated", name, target, dtype, **options)
 
 
 @functools.cache
@@ -108,11 +115,14 @@ def _check(got, expected, dtype, conds, what: str) -> None:
             assert err <= bound, f"{what} {port} state {k}: rel error {err:.2e} > {bound:.2e} (cond(M) {conds[k]:.1e})"
 
 
-@pytest.mark.parametrize(("name", "target"), rung_cases("fdsva_so", CI))
-def test_fdsva_so_emulated(name, target, rng):
+@pytest.mark.parametrize(("kind", "name", "target"), [
+    *(pytest.param("emulated", *c.values, id=c.id) for c in rung_cases("fdsva_so", CI)),
+    *(pytest.param("gpu", *c.values, id=c.id, marks=c.marks) for c in gpu_rung_cases("fdsva_so"))])
+def test_fdsva_so_emulated(kind, name, target, rng):
     """Both precisions, with and without f_ext, every tier of the block layout and the per-state
     layout (float32 by the module docstring's bound), at the shared-memory target that puts a rung
-    of the ladder on a tier (tests/generated.py rung_targets)."""
+    of the ladder on a tier (tests/generated.py rung_targets): host emulation, and the GPU (the gpu
+    marker) on GPU_ROBOTS at the default target and the deepest rung."""
     robot = load(name)
     ref = Reference(robot)
     q, qd, tau, f_ext = _inputs(robot, rng)
@@ -120,7 +130,7 @@ def test_fdsva_so_emulated(name, target, rng):
     for f in (None, f_ext):
         expected = ref.fdsva_so(q, qd, tau, f)
         for dtype in (np.float64, np.float32):
-            b = emulated(name, target, dtype)
+            b = generated(kind, name, target, dtype)
             for layout, tier in LAUNCHES:
                 got = b.with_launch(layout=layout, tier=tier).fdsva_so(q, qd, tau, f)
                 what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} target={target} f_ext={f is not None}"

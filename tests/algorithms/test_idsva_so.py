@@ -25,6 +25,10 @@ the humanoids talos_reduced, 38 dofs, and simple_humanoid; the mimic robots pand
 every rung of the ladder forced in turn (the default target, the deepest rung, then the shared-memory
 target of each rung no tier reached: tests/generated.py rung_targets; on iiwa14 rungs 1 and 2 cost
 17.0 and 13.6 CPU s of host compilation) in both precisions, and on the CPU in both precisions.
+
+The GPU (the ``gpu`` marker, ids ``gpu-...``): the same check on GPU_ROBOTS (iiwa14, hyq, atlas and g1,
+the humanoids in the loop form) at the default target and the deepest rung, both precisions
+(tests/generated.py gpu_rung_cases; every rung under GRID_FULL_SWEEP=1).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, rung_cases, rung_options
+from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, gpu_rung_cases, library, rung_cases, rung_options
 
 N = 4
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
@@ -53,12 +57,10 @@ LOOPS = {"algorithm_options": {"idsva_so": {"contractions": "loops"}}}
 
 
 @functools.cache
-def emulated(name: str, target: int | None, dtype, loops: bool = False):
-    from grid_core.testing import Emulated
-
-    handle = Emulated(load(name), ["idsva_so"], dtype, quiet=True, **rung_options(target), **(LOOPS if loops else {}))
-    handle.set_poison(True)  # outputs start as NaN: a cell the kernel never writes fails
-    return handle
+def generated(kind: str, name: str, target: int | None, dtype, loops: bool = False):
+    """idsva_so's library (tests/generated.py library: outputs start as NaN, a cell the kernel never
+    writes fails), host-emulated or on the GPU."""
+    return library(kind, name, ["idsva_so"], dtype, **rung_options(target), **(LOOPS if loops else {}))
 
 
 def _states(robot, rng, n=N):
@@ -66,19 +68,21 @@ def _states(robot, rng, n=N):
     return q, qd, qdd, rng.normal(size=(n, robot.num_bodies, 6))
 
 
-@pytest.mark.parametrize(("name", "target", "dtypes", "loops"), [
-    *(pytest.param(*c.values, BOTH if FULL_SWEEP or c.values[0] in F32 else (np.float64,), False, id=c.id)
+@pytest.mark.parametrize(("kind", "name", "target", "dtypes", "loops"), [
+    *(pytest.param("emulated", *c.values, BOTH if FULL_SWEEP or c.values[0] in F32 else (np.float64,), False, id=c.id)
       for c in rung_cases("idsva_so", CI)),
-    pytest.param("iiwa14", None, BOTH, True, id="iiwa14-rung0-loops"),
-    pytest.param("iiwa14", 0, (np.float64,), True, id="iiwa14-deepest-rung-loops")])
-def test_idsva_so_emulated(name, target, dtypes, loops, rng):
+    pytest.param("emulated", "iiwa14", None, BOTH, True, id="iiwa14-rung0-loops"),
+    pytest.param("emulated", "iiwa14", 0, (np.float64,), True, id="iiwa14-deepest-rung-loops"),
+    # the GPU (gpu marker): GPU_ROBOTS (atlas and g1 in the loop form) at both rungs, both precisions
+    *(pytest.param("gpu", *c.values, BOTH, False, id=c.id, marks=c.marks) for c in gpu_rung_cases("idsva_so"))])
+def test_idsva_so_emulated(kind, name, target, dtypes, loops, rng):
     robot = load(name)
     q, qd, qdd, f_ext = _states(robot, rng)
     ref = Reference(robot)
     for f in (None, f_ext):
         expected = ref.idsva_so(q, qd, qdd, f)
         for dtype in dtypes:
-            b = emulated(name, target, dtype, loops)
+            b = generated(kind, name, target, dtype, loops)
             for layout, tier in [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]:
                 got = b.with_launch(layout=layout, tier=tier).idsva_so(q, qd, qdd, f)
                 what = f"{name} {np.dtype(dtype).name} {layout} tier {tier} target={target} f_ext={f is not None}"

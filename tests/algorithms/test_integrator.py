@@ -23,6 +23,9 @@ tests/generated.py rung_targets).  GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS robot
 ones and nine of example-robot-data, the humanoids talos_reduced and simple_humanoid and the mimic
 robots panda, pr2 and tiago_pro among them), every method at every rung in both precisions, and the
 CPU build in both precisions.
+
+The GPU (the ``gpu`` marker, ids ``gpu-...``): the emulated cases' choice of methods, rungs and
+precisions on GPU_ROBOTS (iiwa14, hyq, atlas and g1; iiwa14 at every rung), judged the same way.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from grid_core import Reference
 from grid_core.algorithm import INTEGRATION_METHODS
 from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_state
-from tests.generated import EVERY_RUNG, FULL_SWEEP, INTEGRATOR_SAMPLE, TOL, integration_library, rung_cases
+from tests.generated import (EVERY_RUNG, FULL_SWEEP, INTEGRATOR_SAMPLE, TOL, gpu_rung_cases, integration_library,
+                             rung_cases)
 from tests.pin_bridge import pin_step, to_pin_q
 
 SAMPLE = INTEGRATOR_SAMPLE
@@ -50,11 +54,11 @@ def _inputs(robot, rng):
     return q, qd, rng.normal(size=(N, robot.nv)), rng.normal(size=(N, robot.num_bodies, 6))
 
 
-def _launches(name: str, method: str, target, dtype):
-    """The integrator generated for ``method`` at shared-memory ``target`` on every tier and layout: the
-    shared library of every emitted algorithm for the default method at the default target and the
-    deepest rung, the method's own else (tests/generated.py)."""
-    lib = integration_library("emulated", name, method, target, dtype)
+def _launches(kind: str, name: str, method: str, target, dtype):
+    """The integrator generated for ``method`` at shared-memory ``target`` on every tier and layout,
+    host-emulated or on the GPU: the shared library of every emitted algorithm for the default method
+    at the default target and the deepest rung, the method's own else (tests/generated.py)."""
+    lib = integration_library(kind, name, method, target, dtype)
     return [(f"{layout} tier {tier}", lib.with_launch(layout=layout, tier=tier)) for layout, tier in LAUNCHES]
 
 
@@ -62,28 +66,33 @@ def _cases() -> list:
     """(robot, method, target, dtype).  CI: every method at the default target in float64; RK4, whose
     stages load XImats again, and the default at the deepest rung and in float32 too (each an emulated
     build of its own), and on iiwa14 at every rung forced in turn (tests/generated.py rung_cases).
-    GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS robot, every method, every rung, both precisions."""
+    GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS robot, every method, every rung, both precisions.  The GPU
+    (the gpu marker, ids ``gpu-...``): the same choice on GPU_ROBOTS (tests/generated.py gpu_rung_cases)."""
     both = (np.float64, np.float32)
     out = []
-    for method in INTEGRATION_METHODS:
-        euler = method == "explicit_euler"
-        ci = {n: ("rung0",) if euler else ("rung0", "deepest-rung") for n in SAMPLE}
-        if not euler:
-            ci["iiwa14"] = EVERY_RUNG
-        for case in rung_cases("integrator", ci, (("method", method),)):
-            for dtype in both if FULL_SWEEP or not euler else (np.float64,):
-                out.append(pytest.param(*case.values, method, dtype, id=f"{case.id}-{method}-{np.dtype(dtype).name}"))
+    for kind in ("emulated", "gpu"):
+        for method in INTEGRATION_METHODS:
+            euler = method == "explicit_euler"
+            labels = ("rung0",) if euler else ("rung0", "deepest-rung")
+            every = () if euler else ("iiwa14",)
+            options = (("method", method),)
+            cases = (rung_cases("integrator", {n: EVERY_RUNG if n in every else labels for n in SAMPLE}, options)
+                     if kind == "emulated" else gpu_rung_cases("integrator", labels, options, every))
+            for case in cases:
+                for dtype in both if FULL_SWEEP or not euler else (np.float64,):
+                    out.append(pytest.param(kind, *case.values, method, dtype, marks=case.marks,
+                                            id=f"{case.id}-{method}-{np.dtype(dtype).name}"))
     return out
 
 
-@pytest.mark.parametrize(("name", "target", "method", "dtype"), _cases())
-def test_emulated_equals_the_reference(name, target, method, dtype, rng):
+@pytest.mark.parametrize(("kind", "name", "target", "method", "dtype"), _cases())
+def test_emulated_equals_the_reference(kind, name, target, method, dtype, rng):
     robot = load(name)
     ref = Reference(robot)
     q, qd, tau, f_ext = _inputs(robot, rng)
     for f in (None, f_ext):
         expected = ref.integrator(q, qd, tau, DT, method, f)
-        for what, lib in _launches(name, method, target, dtype):
+        for what, lib in _launches(kind, name, method, target, dtype):
             out = lib.integrator(q, qd, tau, DT, method, f)
             what = f"{name} {method} {np.dtype(dtype).name} {what} target={target} f_ext={f is not None}"
             assert out[0].shape == (N, robot.nq) and out[1].shape == (N, robot.nv)

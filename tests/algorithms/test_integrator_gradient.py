@@ -29,6 +29,10 @@ rung_targets).  GRID_FULL_SWEEP=1: both Euler methods on every CODEGEN_ROBOTS ro
 ones and nine of example-robot-data, the humanoids talos_reduced and simple_humanoid and the mimic
 robots panda, pr2 and tiago_pro among them) at every rung in both precisions, and the CPU build in
 both precisions (float32 judged as the emulated launches).
+
+The GPU (the ``gpu`` marker, ids ``gpu-...``): semi-implicit Euler and RK4 as in emulation (both rungs
+and precisions, iiwa14's semi-implicit Euler at every rung) on GPU_ROBOTS (iiwa14, hyq, atlas and g1),
+judged the same way.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
-from tests.generated import (EVERY_RUNG, FULL_SWEEP, INTEGRATOR_SAMPLE, TOL, assert_solves, backend,
-                             integration_library, rk4_gradient_on_cpu, rung_cases)
+from tests.generated import (EVERY_RUNG, FULL_SWEEP, GPU_ROBOTS, INTEGRATOR_SAMPLE, TOL, assert_solves, backend,
+                             gpu_rung_cases, integration_library, rk4_gradient_on_cpu, rung_cases)
 from tests.pin_bridge import pin_model, to_pin_q
 
 SAMPLE = INTEGRATOR_SAMPLE
@@ -94,19 +98,23 @@ def _cases() -> list:
     """(robot, target, method).  CI: semi-implicit Euler on the sample at the default target and the
     deepest rung, on iiwa14 at every rung forced in turn (tests/generated.py rung_cases); explicit
     Euler in test_explicit_euler_and_the_cpu_build.  GRID_FULL_SWEEP=1: both methods on every
-    CODEGEN_ROBOTS robot at every rung."""
+    CODEGEN_ROBOTS robot at every rung.  The GPU (the gpu marker, ids ``gpu-...``): the same choice on
+    GPU_ROBOTS (tests/generated.py gpu_rung_cases)."""
     out = []
-    for method in ("semi_implicit_euler", "explicit_euler") if FULL_SWEEP else ("semi_implicit_euler",):
-        ci = {**{n: ("rung0", "deepest-rung") for n in SAMPLE}, "iiwa14": EVERY_RUNG}
-        out += [pytest.param(*c.values, method, id=f"{c.id}-{method}")
-                for c in rung_cases("integrator_gradient", ci, (("method", method),))]
+    for kind in ("emulated", "gpu"):
+        for method in ("semi_implicit_euler", "explicit_euler") if FULL_SWEEP else ("semi_implicit_euler",):
+            ci = {**{n: ("rung0", "deepest-rung") for n in SAMPLE}, "iiwa14": EVERY_RUNG}
+            options = (("method", method),)
+            cases = (rung_cases("integrator_gradient", ci, options) if kind == "emulated" else
+                     gpu_rung_cases("integrator_gradient", options=options, every_rung=("iiwa14",)))
+            out += [pytest.param(kind, *c.values, method, id=f"{c.id}-{method}", marks=c.marks) for c in cases]
     return out
 
 
-@pytest.mark.parametrize(("name", "target", "method"), _cases())
-def test_emulated_equals_the_reference(name, target, method, rng):
+@pytest.mark.parametrize(("kind", "name", "target", "method"), _cases())
+def test_emulated_equals_the_reference(kind, name, target, method, rng):
     """Both precisions (float32 judged by :func:`_judge`), with and without f_ext, every tier of the
-    block layout and the per-state layout."""
+    block layout and the per-state layout, host-emulated or on the GPU."""
     robot = load(name)
     ref = Reference(robot)
     q, qd, tau, f_ext = _inputs(robot, rng)
@@ -115,7 +123,7 @@ def test_emulated_equals_the_reference(name, target, method, rng):
         expected = ref.integrator_gradient(q, qd, tau, DT, method, f)
         dtau = ref.inverse_dynamics_gradient(q, qd, ref.forward_dynamics(q, qd, tau, f), f)
         for dtype in (np.float64, np.float32):
-            b = integration_library("emulated", name, method, target, dtype)
+            b = integration_library(kind, name, method, target, dtype)
             for layout, tier in LAUNCHES:
                 out = b.with_launch(layout=layout, tier=tier).integrator_gradient(q, qd, tau, DT, method, f)
                 what = f"{name} {method} {np.dtype(dtype).name} {layout} tier {tier} target={target}"
@@ -206,14 +214,22 @@ def test_equals_pinocchios_aba_derivatives_and_dintegrate(name, rng):
 
 
 # RK4's gradient: in the libraries its integrator's tests build (tests/generated.py method_library), at
-# rung 0 and the deepest rung, in both precisions
+# rung 0 and the deepest rung, in both precisions: host-emulated on the sample, on the GPU (the gpu marker,
+# ids gpu-...) on GPU_ROBOTS
 RK4_CASES = [(spill, dtype) for spill in (False, True) for dtype in (np.float64, np.float32)]
 
 
-@pytest.mark.parametrize(("spill", "dtype"), RK4_CASES,
-                         ids=[f"{'deepest-rung' if s else 'rung0'}-{np.dtype(d).name}" for s, d in RK4_CASES])
-@pytest.mark.parametrize("name", SAMPLE)
-def test_rk4_equals_the_reference(name, spill, dtype, rng):
+def _rk4_cases() -> list:
+    out = []
+    for kind, robots, prefix, marks in (("emulated", SAMPLE, "", ()), ("gpu", GPU_ROBOTS, "gpu-", (pytest.mark.gpu,))):
+        out += [pytest.param(kind, name, spill, dtype, marks=marks,
+                             id=f"{prefix}{name}-{'deepest-rung' if spill else 'rung0'}-{np.dtype(dtype).name}")
+                for name in robots for spill, dtype in RK4_CASES]
+    return out
+
+
+@pytest.mark.parametrize(("kind", "name", "spill", "dtype"), _rk4_cases())
+def test_rk4_equals_the_reference(kind, name, spill, dtype, rng):
     """Every tier and both layouts, with and without f_ext: float64 at rel 1e-9; float32 at the suite's
     rel 1e-4, but for dqd_next_dq = dt/6 (A_1 + 2 A_2 + 2 A_3 + A_4), whose A_k are each stage's
     forward-dynamics gradient times near-identity blocks and carry its float32 error, which no forward
@@ -223,14 +239,14 @@ def test_rk4_equals_the_reference(name, spill, dtype, rng):
     robot = load(name)
     ref = Reference(robot)
     q, qd, tau, f_ext = _inputs(robot, rng)
-    lib = integration_library("emulated", name, "rk4", 0 if spill else None, dtype)
+    lib = integration_library(kind, name, "rk4", 0 if spill else None, dtype)
     eps = np.finfo(np.float32).eps
     bounds = [max(TOL[np.float32], 2 * np.linalg.cond(m) * eps) for m in ref.crba(q)]
     for f in (None, f_ext):
         expected = ref.integrator_gradient(q, qd, tau, DT, "rk4", f)
         for layout, tier in LAUNCHES:
             out = lib.with_launch(layout=layout, tier=tier).integrator_gradient(q, qd, tau, DT, "rk4", f)
-            what = f"{name} rk4 {np.dtype(dtype).name} {layout} tier {tier} spill={spill} f_ext={f is not None}"
+            what = f"{kind} {name} rk4 {np.dtype(dtype).name} {layout} tier {tier} spill={spill} f_ext={f is not None}"
             if dtype is np.float64:
                 _check(out, expected, TOL[dtype], what)
                 continue
