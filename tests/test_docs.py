@@ -320,3 +320,35 @@ def test_the_summary_keeps_each_robots_newest_timings(tmp_path):
     assert "(atlas, g1)" in newer and "b000eab" in newer and "minv, g1" in newer_body
     assert "(iiwa14, hyq, go2)" in older and "b3cf4ce-mapped" in older
     assert "minv, hyq" in older_body and "minv, g1" not in older_body
+
+
+def test_the_anchor_table_sets_each_published_cell_beside_the_newest_timing(tmp_path):
+    """Upstream's published cells (resident / with copies) beside the newest run's auto-layout row:
+    a cell beaten both ways, one beaten resident only, one timed by no run; a newer run of the same
+    cell replaces an older one."""
+    sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+    try:
+        import grid_docs
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "_ext"))
+
+    def row(n, layout, resident, io=-1.0, resolved=None):
+        return {"robot": "g1", "algorithm": "idsva_so", "n": n, "layout": layout,
+                "resolved": resolved or layout, "resident_us": resident, "io_us": io}
+
+    older = {"date": "2026-12-01T00:00Z", "gpu": "GPU A, driver 1", "time": [row(16, "auto", 1.0, 1.0, "block")]}
+    newer = {"date": "2026-12-05T00:00Z", "gpu": "GPU B, driver 2",
+             "time": [row(16, "auto", 800.0, 1000.0, "per_state"), row(16, "block", 600.0),
+                      row(16, "per_state", 800.0), row(256, "auto", 1000.0, 9500.0, "per_state")]}
+    up = {"idsva_so": {"g1": {16: (854.0, 1361.0), 256: (1339.0, 9404.0), 1024: (4580.0, 37271.0)}},
+          "aba": {"g1": {16: (1.0, 1.0)}}}
+    text = "\n".join(grid_docs.anchor_table([(Path("b.json"), newer), (Path("a.json"), older)], up))
+    cells = [c.strip() for c in re.findall(r"^\s+[*]? +- (.*)$", text, re.M)]
+    rows = [cells[i:i + 10] for i in range(10, len(cells), 10)]
+    assert rows == [
+        ["idsva_so", "g1", "16", "800.00 (per_state)", "600.00 (block)", "854", "1000.00", "1361", "yes",
+         "GPU B, 2026-12-05"],
+        ["idsva_so", "g1", "256", "1000.00 (per_state)", "1000.00 (per_state)", "1339", "9500.00", "9404",
+         "resident only", "GPU B, 2026-12-05"],
+        ["idsva_so", "g1", "1024", "not timed", "\\-", "4580", "\\-", "37271", "\\-", "\\-"]]
+    assert "Of the 3 cells" in text and "timed 2; 1 of them are beaten" in text

@@ -303,6 +303,51 @@ def peers_section(d: dict, path: Path, outdir: Path) -> list[str]:
     return out
 
 
+def anchor_table(data: list, rtx5090: dict) -> list[str]:
+    """Each cell of upstream's published release table (ANCHORS §A, ``rtx5090``: µs by algorithm,
+    robot and N, resident / host) beside the newest run of ``data`` (``(path, run)`` pairs, newest
+    first) that timed it: ours resident (host-timed launch and synchronisation, the auto layout as
+    that run's header resolved it) and with copies (the host layer), and the fastest layout that run
+    timed, resident.  A cell is beaten when both of ours (auto) are below upstream's."""
+    table, beaten, timed = [], 0, 0
+    for alg, robots in rtx5090.items():
+        if alg == "aba":  # the same table as forward dynamics (the same quantity, qdd)
+            continue
+        for robot, cells in robots.items():
+            for n, (up_res, up_host) in sorted(cells.items()):
+                run, rows = next(((d, rows) for _, d in data
+                                  if (rows := [r for r in d.get("time") or [] if r.get("algorithm", "inverse_dynamics")
+                                               == alg and r["robot"] == robot and r["n"] == n])), (None, []))
+                auto = next((r for r in rows if r["layout"] == "auto"), None)
+                if auto is None:
+                    table.append([alg, robot, str(n), "not timed", "\\-", f"{up_res:g}", "\\-", f"{up_host:g}",
+                                  "\\-", "\\-"])
+                    continue
+                fastest = min((r for r in rows if r.get("resident_us", -1) > 0), key=lambda r: r["resident_us"])
+                res, io = auto["resident_us"], auto.get("io_us", -1)
+                timed += 1
+                won = res < up_res and 0 < io < up_host
+                beaten += won
+                verdict = "yes" if won else ("resident only" if res < up_res else
+                                             ("with copies only" if 0 < io < up_host else "no"))
+                table.append([alg, robot, str(n), f"{_us(res)} ({auto.get('resolved', '?')})",
+                              f"{_us(fastest['resident_us'])} ({fastest['resolved'] if fastest['layout'] == 'auto' else fastest['layout']})", f"{up_res:g}", _us(io),
+                              f"{up_host:g}", verdict, escape(f"{run.get('gpu', '?').split(',')[0]}, "
+                                                             f"{run.get('date', '?')[:10]}")])
+    if not table:
+        return []
+    return [".. rubric:: Against upstream's published release (RTX 5090)", "",
+            f"Of the {sum(len(c) for a, r in rtx5090.items() if a != 'aba' for c in r.values())} cells of "
+            "upstream's published table (float32, µs), the newest runs timed "
+            f"{timed}; {beaten} of them are beaten both resident and with copies by the layout the header "
+            "picked.  The GPUs differ (upstream's figures are an RTX 5090's; ours the GPU named in each "
+            "row), so a cell compares loosely, not like for like.  *Fastest layout* is the best of the "
+            "three layouts the run timed at that N (the layout choice baked into a header comes from the "
+            "tuning files and can differ from what the run's header picked).", "",
+            *list_table(["algorithm", "robot", "N", "ours resident (layout)", "fastest layout, resident",
+                         "upstream resident", "ours with copies", "upstream with copies", "beaten", "run"], table)]
+
+
 def _algorithms_of(d: dict) -> list[str]:
     rows = d.get("time") or []
     return sorted({r.get("algorithm", "inverse_dynamics") for r in rows}, key=lambda a: (a != "inverse_dynamics", a))
@@ -387,6 +432,8 @@ def results_text(root: Path, outdir: Path) -> str:
             for p, d in data]
     # the page opens with a summary: of each kind of result, the newest run that has it
     out += heading("Summary: the newest results", "-")
+    out += anchor_table(data, rtx5090 if all(isinstance(v, dict) and all(isinstance(k, str) for k in v)
+                                             for v in rtx5090.values()) else {})
     algs = sorted({a for _, d in data for a in _algorithms_of(d)}, key=lambda a: (a != "inverse_dynamics", a))
     def algorithm_of(r: dict) -> str:
         return r.get("algorithm", "inverse_dynamics")
