@@ -19,7 +19,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import spill_ladder
-from grid_core.derivatives import Rule, SecondRule
+from grid_core.derivatives import same_as
 from grid_core.emit import sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
@@ -315,16 +315,6 @@ class AbaEmitter(Emitter):
         return [*ss.gravity_statements(), layers.locals([arr[f.name] for f in self.fields(layers)]), *scope.body()]
 
 
-def _jacobians(kernels, x, params, wanted):
-    """ABA computes forward dynamics: its Jacobians are ``forward_dynamics``'s (that rule, by name)."""
-    return kernels.jacobians("forward_dynamics", x, params, wanted)
-
-
-def _hessians(kernels, x, params, wanted):
-    """Their derivatives: ``forward_dynamics``'s second derivatives (that rule, by name)."""
-    return kernels.rule("forward_dynamics").second.hessians(kernels, x, params, wanted)
-
-
 class ABA(Algorithm):
     name = "aba"
     inverts_mass_matrix = True
@@ -372,8 +362,10 @@ Mimic joints: :math:`\ddot q = L(\ddot q_r - Y K^{-1} C \ddot q_r)` on the relax
               "qdd = L (a_r - Y K^-1 C a_r) by a Cholesky of K (grid_core.emit.dense)",
     )
     emitter = AbaEmitter
-    derivatives = Rule(("q", "qd", "tau", "f_ext"), ("forward_dynamics_gradient", "minv", "inverse_dynamics"),
-                       _jacobians, second=SecondRule(("q", "qd", "tau"), ("fdsva_so",), _hessians))
+    # ABA computes forward dynamics: its first and second derivatives are that rule's, by name
+    derivatives = same_as("forward_dynamics", ("q", "qd", "tau", "f_ext"),
+                          ("forward_dynamics_gradient", "minv", "inverse_dynamics"),
+                          second=(("q", "qd", "tau"), ("fdsva_so",)))
 
     def inputs(self, robot: Robot):
         return dynamics_inputs(robot, "tau")

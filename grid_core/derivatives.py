@@ -86,6 +86,22 @@ class Rule:
     second: SecondRule | None = attrs.field(default=None)
 
 
+def same_as(name: str, inputs: tuple[str, ...], needs: tuple[str, ...],
+            second: tuple[tuple[str, ...], tuple[str, ...]] | None = None) -> Rule:
+    """The rule of an algorithm that computes algorithm ``name``'s quantity by another method (ABA's
+    forward dynamics): its Jacobians are ``name``'s rule's, and with ``second`` (its ``(inputs,
+    needs)``) so are its second derivatives, that rule found by name when called (no import of the
+    other algorithm's module).  ``inputs`` and ``needs`` as :class:`Rule`'s, those of ``name``'s rule."""
+
+    def jacobians(kernels, x, params, wanted):
+        return kernels.jacobians(name, x, params, wanted)
+
+    def hessians(kernels, x, params, wanted):
+        return kernels.rule(name).second.hessians(kernels, x, params, wanted)
+
+    return Rule(inputs, needs, jacobians, second=None if second is None else SecondRule(*second, hessians))
+
+
 @attrs.frozen
 class Namespace:
     """What the wiring needs of a framework: ``einsum``, ``repeat(x, k)`` (each state ``k``

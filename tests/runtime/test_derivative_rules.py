@@ -82,17 +82,20 @@ def test_an_algorithm_without_a_rule():
         rule_of("integrator_gradient")
 
 
-def test_inverse_dynamics_second_rule_is_the_central_difference_of_its_jacobians(rng):
-    """inverse_dynamics' second derivatives (idsva_so, the Reference's here) against central
-    differences of its rule's own Jacobians in q, qd and qdd (an arm: q's tangent space is q's),
-    every pair, those the rule leaves out zero."""
+@pytest.mark.parametrize("alg", ["inverse_dynamics", "forward_dynamics", "aba"])
+def test_second_rule_is_the_central_difference_of_its_jacobians(alg, rng):
+    """The second derivatives of inverse_dynamics (idsva_so), forward_dynamics (fdsva_so) and aba
+    (forward_dynamics' rule, by name: grid_core.derivatives.same_as), the Reference's kernels here,
+    against central differences of the rule's own Jacobians in q, qd and qdd or tau (an arm: q's
+    tangent space is q's), every pair, those the rule leaves out zero."""
     robot = load("iiwa14")
-    rule, called = registered_rules()["inverse_dynamics"], []
+    rule, called = registered_rules()[alg], []
+    third = rule.inputs[2]
     x = {"q": robot.random_configuration(rng, 1), "qd": rng.uniform(-1, 1, (1, robot.nv)),
-         "qdd": rng.uniform(-1, 1, (1, robot.nv)), "f_ext": rng.uniform(-1, 1, (1, robot.num_bodies, 6))}
+         third: rng.uniform(-1, 1, (1, robot.nv)), "f_ext": rng.uniform(-1, 1, (1, robot.num_bodies, 6))}
     inputs = set(rule.second.inputs)
     H = rule.second.hessians(kernels(robot, called), x, {}, inputs)
-    assert set(called) <= set(rule.second.needs) and inputs == {"q", "qd", "qdd"}
+    assert set(called) <= set(rule.second.needs) and inputs == {"q", "qd", third}
 
     def jacobians(y):
         return rule.jacobians(kernels(robot, []), y, {}, inputs)
