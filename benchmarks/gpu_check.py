@@ -130,6 +130,29 @@ def fits(robot_name: str, algorithm: str, n: int) -> bool:
     g1's frames is 118 kB a state: at N = 1M more than the device and the pinned host buffers of
     the io rows together)."""
     return n * bytes_per_state(robot_name, algorithm) <= BATCH_BYTES
+HOST_LAYER_BYTES = float(os.environ.get("GRID_CHECK_HOST_LAYER_BYTES", 24e9))
+"""The most bytes the host layer's rows of a timing may allocate, in pinned host memory and again on the
+device: init_gridData allocates every field of the header (all its algorithms' inputs and outputs) for N
+states (a g1 header holding idsva_so and fdsva_so: 1.4 MB a state, out of memory at N = 262144 on an H100);
+beyond, the bench times the kernels without the host layer (``--io-max-n``)."""
+
+
+def header_bytes_per_state(robot_name: str) -> int:
+    """float32 bytes a state takes in the gridData of a header of ALGORITHMS: its input fields and each
+    algorithm's outputs, one field per name (what init_gridData allocates)."""
+    import math
+
+    import grid_core
+    from grid_core.composer import INPUT_FIELDS
+
+    robot = grid_core.load_robot(robot_name)
+    fields = {name: size(robot) for name, size, _ in INPUT_FIELDS}
+    for algorithm in ALGORITHMS:
+        for p in grid_core.registry().algorithm(algorithm).outputs(robot):
+            fields.setdefault(p.name, math.prod(p.shape))
+    return 4 * sum(fields.values())
+
+
 # the issues' absolute targets: (robot, B, resident µs to stay under)
 RESIDENT_LIMITS = {"crba": [("g1", 1024, 60.0)], "forward_dynamics": [("g1", 1024, 200.0)]}
 
@@ -524,9 +547,10 @@ def phase_sanitize(state: dict) -> None:
 def _time(label: str, alg: str, repeats: int, sizes, stage_io: bool = False) -> list:
     sizes = [n for n in sizes if fits(label.split("-")[0], alg, n)] or list(sizes)[:1]
     path = BUILD / label / f"time_{alg}{'_staged' if stage_io else ''}.json"
+    io_max_n = int(HOST_LAYER_BYTES // header_bytes_per_state(label.split("-")[0]))
     res = run([BUILD / label / f"bench_{alg}", "time", "--robot", label + ("-staged" if stage_io else ""),
                "--repeats", repeats, "--sizes", ",".join(map(str, sizes)), "--json", path,
-               "--stage-io", int(stage_io)])
+               "--stage-io", int(stage_io), "--io-max-n", io_max_n])
     if res.returncode:
         raise RuntimeError(f"timing {label} {alg} failed: {res.stderr[-2000:]}")
     return json.loads(path.read_text())
@@ -537,8 +561,8 @@ def phase_time(state: dict, repeats: int) -> None:
     for label in ROBOTS:
         for alg in ALGORITHMS:
             rows += _time(label, alg, repeats, SIZES)
-        state["time"] = list(rows)
-        _save(state)  # after each robot: a run cut short keeps the robots it timed
+            state["time"] = list(rows)
+            _save(state)  # after each algorithm: a run cut short keeps what it timed
         # the per-state layout staged through shared memory (coalesced stores), where it fits
         if "crba" in ALGORITHMS and os.environ.get("GRID_CHECK_STAGED_AB", "1") == "1":
             rows += [x for x in _time(label, "crba", repeats, [n for n in SIZES if n >= 1024], stage_io=True)
@@ -1261,7 +1285,10 @@ def summary(state: dict) -> str:
 
 
 def _save(state: dict) -> None:
-    """The results JSON (benchmarks/results/, and $OUT with the tuning files when set)."""
+    """The results JSON (benchmarks/results/, and $OUT when set, with this run's algorithms' tuning
+    files in one tarball beside it: a device call returns only a few files)."""
+    import tarfile
+
     RESULTS.mkdir(parents=True, exist_ok=True)
     gpu = state["gpu"].split(",")[0].replace("NVIDIA ", "").replace(" ", "")
     safe = "".join(ch if ch.isalnum() or ch in "._-" else "-" for ch in state["commit"])
@@ -1270,10 +1297,11 @@ def _save(state: dict) -> None:
     out = os.environ.get("OUT")
     if out:
         shutil.copy(RESULTS / name, Path(out) / name)
-        for alg in ALGORITHMS:
-            tun = ROOT / "grid_algorithms" / f"{alg}.tuning.json"
-            if tun.exists():
-                shutil.copy(tun, Path(out) / tun.name)
+        tunings = [t for t in (ROOT / "grid_algorithms" / f"{alg}.tuning.json" for alg in ALGORITHMS) if t.exists()]
+        if tunings:
+            with tarfile.open(Path(out) / f"{Path(name).stem}-tuning.tgz", "w:gz") as tar:
+                for t in tunings:
+                    tar.add(t, arcname=f"grid_algorithms/{t.name}")
 
 
 def phases_of(state: dict, args) -> list:

@@ -1,7 +1,7 @@
 // Timing and sanitizer driver for one algorithm of a generated header, through its launcher.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -include grid.cuh -DBENCH_ADAPTER='"adapter.h"' bench.cu -o bench
-//   ./bench time  --robot NAME --sizes 1,16,... --repeats 200 --warmup 20 --json out.json
+//   ./bench time  --robot NAME --sizes 1,16,... --repeats 200 --warmup 20 --json out.json [--io-max-n N]
 //   ./bench once  --sizes 262144       (one launch of the auto layout a size: for Nsight Compute)
 //   ./bench check                      (every layout, tier and block size on small batches;
 //                                       run under compute-sanitizer memcheck / racecheck)
@@ -184,6 +184,9 @@ static void time_stream(const Buffers &b, cudaStream_t s, int repeats, int warmu
 }
 
 static bool stage_io = false;  // --stage-io 1: the launch hint LaunchConfig::stage_io on every timed launch
+// --io-max-n N: the host layer's rows (init_gridData allocates every algorithm of the header, pinned
+// and on the device) only up to N states; beyond, they print -1 and the kernel rows are still timed
+static long io_max_n = 1L << 40;
 
 static int run_time(const std::string &robot, const std::vector<int> &sizes, int repeats, int warmup,
                     const std::string &json) {
@@ -209,8 +212,8 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             // the host layer: by size, forced copy, forced mapped, forced mapped and staged
             double io = -1, io_copy = -1, io_mapped = -1, io_mapped_staged = -1;
             double stream = -1, graph_stream = -1;  // the stream kernel (the batch's bytes moved, nothing else)
-            if (layout == g::LAYOUT_AUTO) {
-                time_stream(b, s, repeats, warmup, stream, graph_stream);
+            if (layout == g::LAYOUT_AUTO) time_stream(b, s, repeats, warmup, stream, graph_stream);
+            if (layout == g::LAYOUT_AUTO && n <= io_max_n) {
                 g::gridData<T> *hd = g::init_gridData<T>(n);
                 cudaStream_t *streams = g::init_grid_streams<T>();
                 std::mt19937 rng(7);
@@ -398,6 +401,7 @@ int main(int argc, char **argv) {
         else if (k == "--repeats") repeats = std::stoi(v);
         else if (k == "--warmup") warmup = std::stoi(v);
         else if (k == "--stage-io") stage_io = std::stoi(v) != 0;
+        else if (k == "--io-max-n") io_max_n = std::stol(v);
         else if (k == "--sizes") {
             sizes.clear();
             size_t p = 0;
