@@ -304,7 +304,7 @@ def peers_section(d: dict, path: Path, outdir: Path) -> list[str]:
 
 
 def anchor_table(data: list, rtx5090: dict) -> list[str]:
-    """Each cell of upstream's published release table (ANCHORS §A, ``rtx5090``: µs by algorithm,
+    """Each cell of upstream's published release table (``rtx5090``: µs by algorithm,
     robot and N, resident / host) beside the newest run of ``data`` (``(path, run)`` pairs, newest
     first) that timed it: ours resident (host-timed launch and synchronisation, the auto layout as
     that run's header resolved it) and with copies (the host layer), and the fastest layout that run
