@@ -139,6 +139,12 @@ class Emitter:
     reloads_ximats: bool = False
     """Whether the inner loads the transform data again itself (at another configuration, before
     handing it to a composed inner): its ``s_XI`` is then writable."""
+    reuses: dict[str, tuple[str, str]] = {}
+    """This algorithm's fields that a composed inner may already have computed: ``field ->
+    (composed algorithm, its field)``.  Where that inner :meth:`leaves` the field for this robot
+    (a method the tuning picked), this algorithm's own arena region for it is dropped and the field
+    is bound to the callee's (:attr:`~grid_core.emit.layers.Layers.reused`, which its code checks
+    before computing it).  The block layout only: a callee's per-state locals are its own."""
     composes: tuple[str, ...] = ()
     """Algorithms whose inners this one calls (through :meth:`Layers.compose`); each must be in
     the algorithm's ``depends_on``."""
@@ -217,6 +223,12 @@ class Emitter:
         """The statements of ``X_state``: one state in one thread (not overridden: no
         per-state layout)."""
         raise NotImplementedError
+
+    def leaves(self, layers) -> tuple[str, ...]:
+        """The fields of this algorithm's own arena whose values its inner leaves in place when it
+        returns (nothing after it writes them again): what a composing algorithm may read instead
+        of computing them a second time (its :attr:`reuses`).  Default: none."""
+        return ()
 
     def fields(self, layers) -> tuple:
         """The arrays (:class:`~grid_core.emit.storage.Field`) the steps of :meth:`steps` read and

@@ -153,6 +153,9 @@ class Layers:
         self.smem_outputs = tuple(p for p in outs if p.name not in self.global_outputs)
         composed = self.composed_names(emitter, ctx.algorithm_options, ctx.tuning)
         self.callees = {name: compose(name) for name in composed}
+        self.reused = self.reused_fields(emitter, compose, composed)
+        """This algorithm's fields a composed inner leaves computed (:attr:`Emitter.reuses`): field
+        -> (callee, its field); :meth:`arrays` binds them to the callee's, and the code skips them."""
         for h in self.callees.values():
             if h.needs_ximats and not emitter.needs_ximats:
                 raise CodegenError(f"{self.name}: composes {h.name}, whose inner needs XImats loaded: "
@@ -177,17 +180,39 @@ class Layers:
         return names
 
     @staticmethod
+    def reused_fields(emitter, compose, composed) -> dict[str, tuple[str, str]]:
+        """The entries of ``emitter``'s :attr:`~grid_core.emit.emitter.Emitter.reuses` whose callee
+        is ``composed`` for this robot and leaves that field (its
+        :meth:`~grid_core.emit.emitter.Emitter.leaves`)."""
+        out = {}
+        for field, (callee, theirs) in emitter.reuses.items():
+            if callee not in emitter.composes:
+                raise CodegenError(f"{emitter.algorithm.name}: reuses '{field}' from '{callee}', "
+                                   "not declared in Emitter.composes")
+            if callee in composed:
+                h = compose(callee)
+                if theirs in h.emitter.leaves(h):
+                    out[field] = (callee, theirs)
+        return out
+
+    @staticmethod
     def regions(alg, robot, options, emitter, compose, composed=None, values=None) -> tuple[ArenaRegion, ...]:
         """The whole arena of ``alg``: its ports' I/O regions (fixed; ``values``: its generation-time
-        option values, the outputs' sizes), XI (when its inner needs it), its own scratch regions,
-        then those of the inners it composes."""
+        option values, the outputs' sizes), XI (when its inner needs it), its own scratch regions
+        but those of the fields a composed inner leaves (:meth:`reused_fields`), then those of the
+        inners it composes."""
         ins = alg.inputs(robot)
         fixed = [ArenaRegion(p.name, _size(p), f"{p.doc} (kernel output)", spillable=False)
                  for p in alg.outputs(robot, **(values or {})) if p.name not in emitter.global_outputs]
         fixed += [ArenaRegion(p.name, _size(p), f"{p.doc} (kernel input)", spillable=False)
                   for p in ins if p.kind == "state" and p.name not in emitter.global_inputs]
         scratch = [xi_region(robot)] if emitter.needs_ximats else []
-        scratch += list(alg.arenas(robot, options, **(values or {})))  # frames too, where it takes them
+        reused = Layers.reused_fields(emitter, compose, emitter.composes if composed is None else composed)
+        own = list(alg.arenas(robot, options, **(values or {})))  # frames too, where it takes them
+        for name in reused:
+            if not any(r.name == name and not r.parts for r in own):
+                raise CodegenError(f"{alg.name}: reused field '{name}' is not an arena region of its own")
+        scratch += [r for r in own if r.name not in reused]
         own = {r.name for r in fixed + scratch}
         if len(own) != len(fixed + scratch):
             raise CodegenError(f"{alg.name}: an arena region is declared twice ({[r.name for r in fixed + scratch]})")
@@ -392,14 +417,24 @@ class Layers:
         own regions where given, a composed algorithm's; a field the plan does not hold, or holds at
         another size, is an error), in the per-state function local arrays (``local``: declared
         with :func:`~grid_core.emit.storage.local_declaration`)."""
-        if local:
-            return {f.name: Array(f, f.name) for f in fields}
+        whose = self if owner is None else owner
+        if local:  # a reused field: the callee's local, which its steps declare in this function
+            return {f.name: Array(f, whose.reused.get(f.name, (None, f.name))[1]) for f in fields}
         sizes = {p.name: _size(p) for p in self.outputs if p.name in self.global_outputs}
         if any(sizes.get(f.name) == f.size for f in fields):  # written in place: the inner's pointer
             return {**self.arrays([f for f in fields if sizes.get(f.name) != f.size], owner=owner),
                     **{f.name: Array(f, f.name) for f in fields if sizes.get(f.name) == f.size}}
-        mine = None if owner is None else {r.name for r in owner.plan.regions}
         out = {}
+        for f in fields:  # a field its owner reuses: bound where the callee's is
+            if f.name in whose.reused:
+                callee, theirs = whose.compose(whose.reused[f.name][0]), whose.reused[f.name][1]
+                given = [g for g in callee.emitter.fields(callee) if g.name == theirs and g.size == f.size]
+                if len(given) != 1:
+                    raise CodegenError(f"{whose.name}: reused field '{f.name}' has no field '{theirs}' of "
+                                       f"{f.size} scalars in {callee.name}")
+                out[f.name] = Array(f, self.arrays(given, owner=callee)[theirs].base)
+        fields = [f for f in fields if f.name not in out]
+        mine = None if owner is None else {r.name for r in owner.plan.regions}
         for f in fields:
             found = [(r.name, p) for r in self.plan.regions if mine is None or r.name in mine
                      for p, size in (r.parts or ((r.name, r.elements),)) if p == f.name and size == f.size]
