@@ -20,7 +20,8 @@ from grid_core.derivatives import Rule, SecondRule
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter, LayerOptions
 from grid_core.emit.expr import Scope, sum_terms
-from grid_core.emit.storage import local_declaration, regions, vector
+from grid_core.emit.storage import Vector, local_declaration, regions, vector
+from grid_core.errors import CodegenError
 from grid_core.model import Robot
 from grid_core.review import ParallelismReview, done, not_applicable, todo
 
@@ -63,6 +64,9 @@ class ForwardDynamicsEmitter(Emitter):
     def fields(self, layers) -> tuple:
         return _fields(layers.robot.nv)
 
+    def leaves(self, layers) -> tuple[str, ...]:
+        return ("Minv",) if _method(layers) == "minv" else ()  # the product reads it last
+
     def inner_body(self, layers) -> list:
         if _method(layers) == "aba":
             return [layers.call_inner(layers.compose("aba"), s_qdd="s_qdd", s_q="s_q", s_qd="s_qd", s_tau="s_tau",
@@ -88,27 +92,35 @@ class ForwardDynamicsEmitter(Emitter):
                 n.Stmt(f"{io['qdd']('i')} = acc")]),
         ]
 
-    def state_body(self, layers) -> list:
+    def steps(self, layers, arrays, io, *, local, qdd=None):
+        """The per-state layout's forward dynamics on the per-state function's ``q``, ``qd``,
+        ``tau``, ``f_ext``, into the array named ``qdd`` (default: ``io``'s): by the Minv method its
+        ``arrays`` declared in the caller's function (Minv left there: :meth:`leaves`), by ABA aba's
+        per-state function.  The block layout calls the inner instead."""
+        if not local:
+            raise CodegenError("forward_dynamics: its steps are the per-state layout's (call the inner)")
+        qdd = Vector(qdd) if qdd else io["qdd"]
         if _method(layers) == "aba":
             return [layers.call_state(layers.compose("aba"), {"USE_F_EXT": "USE_F_EXT"},
-                                      qdd="qdd", q="q", qd="qd", tau="tau", f_ext="f_ext")]
+                                      qdd=qdd.base, q="q", qd="qd", tau="tau", f_ext="f_ext")]
         rnea, minv = layers.compose("inverse_dynamics"), layers.compose("minv")
         nv = layers.robot.nv
-        arr = layers.arrays([f for f in self.fields(layers) if f.name != "zero"], local=True)
-        bias, Minv = arr["bias"], arr["Minv"]
-        io = layers.vectors(local=True)
+        bias, Minv = arrays["bias"], arrays["Minv"]
         scope = Scope("t")
         u = scope.let_all([sum_terms([(io["tau"](j),), (-1.0, bias.at(j))]) for j in range(nv)], "u")
         for i in range(nv):
-            scope.assign(io["qdd"](i), sum_terms([(Minv.at(i, j), u[j]) for j in range(nv)]))
+            scope.assign(qdd(i), sum_terms([(Minv.at(i, j), u[j]) for j in range(nv)]))
         return [
-            local_declaration(arr.values(), comment="registers (or local memory): constant indices"),
+            local_declaration([bias, Minv], comment="registers (or local memory): constant indices"),
             layers.call_state(rnea, {"USE_QDD": "false", "USE_F_EXT": "USE_F_EXT"},
                               tau=bias.base, q="q", qd="qd", qdd="nullptr", f_ext="f_ext"),
             layers.call_state(minv, Minv=Minv.base, q="q"),
             n.Comment("qdd = Minv (tau - bias)"),
             *scope.body(),
         ]
+
+    def state_body(self, layers) -> list:
+        return layers.own_steps(local=True)
 
 
 def _fields(nv: int) -> tuple:

@@ -27,7 +27,8 @@ from grid_core.review import ParallelismReview, done, not_applicable, todo
 # that qdd, Minv, then the product -Minv dtau.  The inners are reached by handle through the
 # composer; where two of them compose the same algorithm (forward dynamics and this one both
 # reach minv; forward dynamics and the gradient both reach inverse dynamics) they share its
-# scratch region, so their calls run in turn, a barrier between.
+# scratch region, so their calls run in turn, a barrier between.  Forward dynamics by its Minv
+# method leaves Minv in its arena (Emitter.leaves): the block layout reads it there (reuses).
 
 
 def _fields(nv: int) -> tuple:
@@ -58,6 +59,7 @@ class ForwardDynamicsGradientEmitter(Emitter):
     global_inputs = ("f_ext",)  # handed, in place, to the composed inners
     nullable_inputs = ("f_ext",)
     composes = ("forward_dynamics", "minv", "inverse_dynamics_gradient")
+    reuses = {"inv_M": ("forward_dynamics", "Minv")}  # by its Minv method: no second minv, either layout
 
     def block_threads_hint(self, robot: Robot) -> int:
         return robot.nv * robot.nv  # the product's cells, one thread each
@@ -93,24 +95,26 @@ class ForwardDynamicsGradientEmitter(Emitter):
             layers.call_inner(grad, s_dtau_dq=a["dtau_dq"], s_dtau_dqd=a["dtau_dqd"], s_q="s_q", s_qd="s_qd",
                               s_qdd=a["qdd"], f_ext="f_ext"),
             n.Sync(),
-            layers.call_inner(minv, s_Minv=a["inv_M"], s_q="s_q"),
-            n.Sync(),
+            *([] if "inv_M" in layers.reused else [layers.call_inner(minv, s_Minv=a["inv_M"], s_q="s_q"), n.Sync()]),
             n.Comment("d qdd / d u = -Minv d tau / d u, one output cell (both derivatives) per thread (P2)"),
             n.BlockStrideLoop("k", nv * nv, _product(layers.pfx, nv, arr, layers.vectors(), "k")),
         ]
 
     def state_body(self, layers) -> list:
-        fd, minv, grad = (layers.compose(x) for x in self.composes)
+        minv, grad = layers.compose("minv"), layers.compose("inverse_dynamics_gradient")
         nv = layers.robot.nv
         use = {"USE_F_EXT": "USE_F_EXT"}
-        arr = layers.arrays(self.fields(layers), local=True)
+        arr = layers.arrays(self.fields(layers), local=True)  # inv_M: forward dynamics' Minv where reused
         a = {x: y.base for x, y in arr.items()}
         return [
-            local_declaration(arr.values(), comment="the composed results, local"),
-            layers.call_state(fd, use, qdd=a["qdd"], q="q", qd="qd", tau="tau", f_ext="f_ext"),
+            local_declaration([x for k, x in arr.items() if k not in layers.reused],
+                              comment="the composed results, local"),
+            n.Comment("qdd = FD(q, qd, tau, f_ext): forward dynamics' steps, inline"
+                      + (" (the Minv they leave is read below)" if layers.reused else "")),
+            *layers.steps("forward_dynamics", local=True, qdd=a["qdd"]),
             layers.call_state(grad, use, dtau_dq=a["dtau_dq"], dtau_dqd=a["dtau_dqd"], q="q", qd="qd", qdd=a["qdd"],
                               f_ext="f_ext"),
-            layers.call_state(minv, Minv=a["inv_M"], q="q"),
+            *([] if "inv_M" in layers.reused else [layers.call_state(minv, Minv=a["inv_M"], q="q")]),
             n.Comment("d qdd / d u = -Minv d tau / d u"),
             n.For("int k = 0", f"k < {nv * nv}", "++k", _product(layers.pfx, nv, arr, layers.vectors(local=True), "k")),
         ]
@@ -133,8 +137,10 @@ class ForwardDynamicsGradient(Algorithm):
                           "it composes (forward_dynamics, minv, inverse_dynamics_gradient: see their reviews)"),
         P2=done("the two nv x nv products -Minv dtau are 2 nv^2 independent dot products: one output cell "
                 "(both derivatives, one Minv load for two products) per thread in the block layout"),
-        P3=todo("forward dynamics by its Minv method forms Minv already: reuse it instead of the second "
-                "minv call (the ABA method does not form it); Minv is symmetric: half of it would do"),
+        P3=todo("done: forward dynamics by its Minv method leaves Minv (in its arena in the block layout; "
+                "a local of this function in the per-state one, which runs its steps inline) and the product "
+                "reads it there: no second minv, no array of its own (by ABA, which forms none, minv runs "
+                "after the gradient). Left: Minv is symmetric: half of it would do"),
         P4=todo("done: dtau's structural zeros are skipped (the gradient's cell table, baked: each column's "
                 "rows as a compressed table the products walk). Left: the products read Minv by rows and "
                 "dtau by columns, strided in shared memory; a column-major dtau would coalesce them"),

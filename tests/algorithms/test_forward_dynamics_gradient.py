@@ -67,3 +67,28 @@ def test_composed_inners_share_one_arena():
     names = [r.name for r in composer.layers("forward_dynamics_gradient").plan.regions]
     assert len(names) == len(set(names))
     assert "vaf" in names and {r.name for r in composer.layers("minv").scratch_regions} <= set(names)
+
+
+@pytest.mark.parametrize(("name", "method", "reused"), [("hyq", "minv", True), ("hyq", "aba", False),
+                                                         ("iiwa14", "aba", False)])
+def test_minv_left_by_forward_dynamics_is_read_in_place(name, method, reused):
+    """Forward dynamics by its Minv method leaves Minv (Emitter.leaves): in its arena, where the
+    block layout's product reads it, with no second minv call and no inv_M region; as a local of
+    the per-state function, which runs forward dynamics' steps inline.  By ABA, which forms no
+    Minv, the gradient calls minv itself.  The equality tests above run both (hyq's tuning picks
+    Minv, iiwa14's ABA)."""
+    from grid_core.composer import Composer, GenerateOptions, generate
+
+    opts = {"algorithm_options": {"forward_dynamics": {"method": method}}}
+    layers = Composer(load(name), GenerateOptions(**opts)).layers("forward_dynamics_gradient")
+    header = generate(load(name), ["forward_dynamics_gradient"], **opts)
+    start = header.index("__device__ void forward_dynamics_gradient_inner(")
+    inner = header[start:header.index("\n}\n", start)]
+    start = header.index("void forward_dynamics_gradient_state(")
+    state = header[start:header.index("\n}\n", start)]
+    assert (layers.reused == {"inv_M": ("forward_dynamics", "Minv")}) is reused
+    assert ("inv_M" in {r.name for r in layers.plan.regions}) is not reused
+    assert inner.count("minv_inner<") == (0 if reused else 1)
+    assert ("s_Minv[r * " in inner) is reused and ("s_inv_M[r * " in inner) is not reused
+    assert state.count("minv_state<") == 1 and ("aba_state<" in state) is not reused
+    assert (" Minv[r * " in state) is reused and (" inv_M[r * " in state) is not reused

@@ -185,3 +185,20 @@ def test_forward_dynamics_by_aba_calls_aba_by_handle(robot):
     state_fn = next(x for x in mine.emit() if isinstance(x, n.Function) and x.signature is mine.state)
     assert [c.callee for c in state_fn.body if isinstance(c, Call)] == [aba.state]
     assert len(re.findall(r"\n__device__ [^\n]*\baba_inner\(", text)) == 1
+
+
+@pytest.mark.parametrize(("reuses", "message"), [
+    ({"inv_M": ("aba", "Minv")}, "reuses 'inv_M' from 'aba', not declared in Emitter.composes"),
+    ({"nothing": ("forward_dynamics", "Minv")}, "reused field 'nothing' is not an arena region of its own"),
+    ({"qdd": ("forward_dynamics", "Minv")}, "reused field 'qdd' has no field 'Minv' of 12 scalars"),
+])
+def test_a_reuse_the_plan_cannot_hold_is_refused(monkeypatch, reuses, message):
+    """Emitter.reuses binds a field to what a composed inner leaves (forward_dynamics_gradient's
+    inv_M to forward dynamics' Minv, tested with the algorithm); a callee it does not compose, a
+    field that is no region of its own, or one of another size fails at generation time."""
+    from grid_algorithms.forward_dynamics_gradient import ForwardDynamicsGradientEmitter
+
+    monkeypatch.setattr(ForwardDynamicsGradientEmitter, "reuses", reuses)
+    by_minv = {"forward_dynamics": {"method": "minv"}}
+    with pytest.raises(CodegenError, match=re.escape(message)):
+        generate(load("hyq"), ["forward_dynamics_gradient"], algorithm_options=by_minv)
