@@ -188,12 +188,23 @@ static bool stage_io = false;  // --stage-io 1: the launch hint LaunchConfig::st
 // and on the device) only up to N states; beyond, they print -1 and the kernel rows are still timed
 static long io_max_n = 1L << 40;
 
+// A JSON array of rows, to a file or stdout.
+static FILE *json_open(const std::string &json) {
+    FILE *out = json.empty() ? stdout : std::fopen(json.c_str(), "w");
+    std::fprintf(out, "[\n");
+    return out;
+}
+
+static void json_close(FILE *out) {
+    std::fprintf(out, "\n]\n");
+    if (out != stdout) std::fclose(out);
+}
+
 static int run_time(const std::string &robot, const std::vector<int> &sizes, int repeats, int warmup,
                     const std::string &json) {
     cudaStream_t s;
     CHECK(cudaStreamCreate(&s));
-    FILE *out = json.empty() ? stdout : std::fopen(json.c_str(), "w");
-    std::fprintf(out, "[\n");
+    FILE *out = json_open(json);
     bool first = true;
     for (int n : sizes) {
         Buffers b(n);
@@ -244,8 +255,7 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             std::fflush(out);
         }
     }
-    std::fprintf(out, "\n]\n");
-    if (out != stdout) std::fclose(out);
+    json_close(out);
     return 0;
 }
 
@@ -374,6 +384,39 @@ static int run_check() {
     return failures ? 1 : 0;
 }
 
+// The block layout at every tier and block size (kernel time by events), per size: what the
+// spill tiers cost or buy when shared memory, not work, bounds the blocks an SM holds (a tier that
+// spills more carves less, so more blocks of it fit).  One JSON row per (size, tier, threads).
+static int run_tiers(const std::string &robot, const std::vector<int> &sizes, int repeats, int warmup,
+                     const std::string &json) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    FILE *out = json_open(json);
+    const int tier_max[3] = {g::tier_max_threads<g::TIER_SHARED>(), g::tier_max_threads<g::TIER_LITE>(),
+                             g::tier_max_threads<g::TIER_MINIMAL>()};
+    const char *tier_name[3] = {"shared", "lite", "minimal"};
+    bool first = true;
+    for (int n : sizes) {
+        if (n > 65536) continue;  // one block per state: not this regime
+        Buffers b(n);
+        for (int tier = 0; tier < 3; ++tier) {
+            for (int threads : {64, 128, 256, 512}) {
+                if (threads > tier_max[tier]) continue;
+                g::LaunchConfig cfg;
+                cfg.layout = g::LAYOUT_BLOCK; cfg.tier = tier; cfg.threads = threads;
+                const double kernel = time_events([&] { CHECK(launch(b, cfg, s)); }, repeats, warmup, s);
+                std::fprintf(out, "%s  {\"robot\": \"%s\", \"algorithm\": \"%s\", \"n\": %d, \"tier\": \"%s\", "
+                             "\"threads\": %d, \"kernel_us\": %.3f}", first ? "" : ",\n", robot.c_str(), ad::ALGO, n,
+                             tier_name[tier], threads, kernel);
+                first = false;
+                std::fflush(out);
+            }
+        }
+    }
+    json_close(out);
+    return 0;
+}
+
 // One launch of the auto layout per size, nothing else on the device: what Nsight Compute counts
 // (gpu_check's flops phase: the floating-point instructions a state executes).
 static int run_once(const std::vector<int> &sizes) {
@@ -409,6 +452,7 @@ int main(int argc, char **argv) {
         }
     }
     if (mode == "time") return run_time(robot, sizes, repeats, warmup, json);
+    if (mode == "tiers") return run_tiers(robot, sizes, repeats, warmup, json);
     if (mode == "once") return run_once(sizes);
     return run_check();
 }
