@@ -556,12 +556,27 @@ def _time(label: str, alg: str, repeats: int, sizes, stage_io: bool = False) -> 
     return json.loads(path.read_text())
 
 
+TIER_SIZES = [int(x) for x in os.environ.get("GRID_CHECK_TIER_SIZES", "16,256,1024,4096").split(",") if x]
+
+
+def _tiers(label: str, alg: str, repeats: int) -> list:
+    """The block layout at every tier and block size (bench's tiers mode), at TIER_SIZES: whether
+    a tier that spills, carving less shared memory, fits more blocks an SM and pays."""
+    path = BUILD / label / f"tiers_{alg}.json"
+    res = run([BUILD / label / f"bench_{alg}", "tiers", "--robot", label, "--repeats", repeats,
+               "--sizes", ",".join(map(str, TIER_SIZES)), "--json", path])
+    if res.returncode:
+        raise RuntimeError(f"tiers of {label} {alg} failed: {res.stderr[-2000:]}")
+    return json.loads(path.read_text())
+
+
 def phase_time(state: dict, repeats: int) -> None:
-    rows = []
+    rows, tiers = [], []
     for label in ROBOTS:
         for alg in ALGORITHMS:
             rows += _time(label, alg, repeats, SIZES)
-            state["time"] = list(rows)
+            tiers += _tiers(label, alg, max(5, repeats // 2)) if TIER_SIZES else []
+            state["time"], state["tiers"] = list(rows), list(tiers)
             _save(state)  # after each algorithm: a run cut short keeps what it timed
         # the per-state layout staged through shared memory (coalesced stores), where it fits
         if "crba" in ALGORITHMS and os.environ.get("GRID_CHECK_STAGED_AB", "1") == "1":
@@ -1125,6 +1140,24 @@ def targets(rows: list, state: dict | None = None) -> list[str]:
     return out
 
 
+def tiers_table(rows: list) -> list[str]:
+    """The block layout's tier x block-size rows (bench's tiers mode): per robot, algorithm and
+    batch, the fastest pair against the default (TIER_SHARED at the header's widest block)."""
+    if not rows:
+        return []
+    lines = ["", "block layout by tier and block size, kernel µs: the default (shared, widest block) vs the fastest pair"]
+    by: dict = {}
+    for x in rows:
+        by.setdefault((x["robot"], x["algorithm"], x["n"]), []).append(x)
+    for (r, alg, n), xs in by.items():
+        shared = [x for x in xs if x["tier"] == "shared"]
+        default = max(shared or xs, key=lambda x: x["threads"])
+        best = min(xs, key=lambda x: x["kernel_us"])
+        lines.append(f"  {r:<8}{alg:<28}{n:>6}  {default['kernel_us']:>9.1f}  {best['kernel_us']:>9.1f} "
+                     f"({best['tier']}, {best['threads']})  x{default['kernel_us'] / best['kernel_us']:.2f}")
+    return lines
+
+
 def summary(state: dict) -> str:
     lines = ["", "=" * 118, f"SUMMARY  {state['gpu']}  commit {state['commit']}  {state['date']}", "=" * 118]
     for ph, res in state["phases"].items():
@@ -1165,6 +1198,7 @@ def summary(state: dict) -> str:
                 f"{x['resident_us']:>9.2f}{x['io_us']:>9.2f}{floor:>8}  {'; '.join(up)}"
             )
     lines += targets(rows, state)
+    lines += tiers_table(state.get("tiers", []))
     staged = {(x["robot"][:-7], x["n"]): x["kernel_us"] for x in rows if x["robot"].endswith("-staged")}
     if staged:
         lines += ["", "crba per-state layout, kernel µs: plain vs staged through shared memory (coalesced stores):"]
