@@ -6,7 +6,8 @@ Both in the same run, on the same URDFs (``robots/*.urdf``, Pinocchio with
 ``computeABADerivatives``, ``ComputeRNEASecondOrderDerivatives``, one semi-implicit Euler step
 (``aba`` + ``integrate``) and its derivatives' ingredients (``computeABADerivatives`` + ``dIntegrate``
 d/dq and d/dv), the same for an RK4 step (at its four stages, against our gradient generated for
-RK4) and, for every default (leaf) frame, the frame placements and frame
+RK4), and those RK4 ingredients composed by hand into the step's Jacobians (the chain rule's
+products in Eigen, ``dIntegrateTransport``: what ours returns) and, for every default (leaf) frame, the frame placements and frame
 Jacobians (LOCAL_WORLD_ALIGNED) over a batch of random states on one core
 (``benchmarks/src/pinocchio_timing.cpp``, built against the ``pin`` wheel's headers and
 libraries), and every algorithm the header emits through ``CpuHandle`` at the same batch
@@ -69,6 +70,9 @@ PAIRS = {
     # RK4's step derivatives: computeABADerivatives at its four stages, dIntegrate at each stage's and the
     # step's increment (ours also forms the chain rule's products through the stages)
     "abaDerivativesDIntegrateRK4": ((f"integrator_gradient{RK4}",), 0.5),
+    # the same ingredients composed into RK4's step Jacobians by hand (the chain rule's products in Eigen,
+    # dIntegrateTransport): what a Pinocchio user computes to get what ours returns
+    "rk4GradientByHand": ((f"integrator_gradient{RK4}",), 0.5),
     # every default (leaf) frame: forwardKinematics + updateFramePlacements, and
     # computeJointJacobians + getFrameJacobian (LOCAL_WORLD_ALIGNED) per frame
     "framePlacements": (("end_effector_pose",), 0.5),

@@ -69,7 +69,25 @@ int main(int argc, char **argv) {
     Eigen::VectorXd qn = Eigen::VectorXd::Zero(model.nq), vn = Eigen::VectorXd::Zero(model.nv), dv = vn;
     Eigen::VectorXd qk = qn, vk = vn, sumv = vn;
     pin::Data::Matrix6x J = pin::Data::Matrix6x::Zero(6, model.nv);
+    // RK4's chain rule by hand: block rows over (q, v, tau), nv x 3 nv (integrator_gradient's docstring)
+    const int nv = model.nv;
+    Eigen::MatrixXd V1 = Eigen::MatrixXd::Zero(nv, 3 * nv), Qk = V1, Tk = V1, Vsum = V1, dq_next = V1, dqd_next = V1;
+    V1.middleCols(nv, nv).setIdentity();
+    std::vector<Eigen::MatrixXd> As(4, V1), Vs(4, V1);
+    Eigen::MatrixXd Mi = d1;
     double sink = 0;  // keeps every result live
+    // RK4's stage k + 2 (k = 0, 1, 2) of state i from the one before (vk, and data.ddq its acceleration):
+    // the increment dv = c dt vk, qk = integrate(q, dv), Dq = dIntegrate d/dq there, then the stage's
+    // velocity vk = v + c dt ddq, added to the step's sum sumv with its weight; returns c
+    auto rk4_stage = [&](int i, int k) {
+        const double c = k < 2 ? 0.5 : 1.0;
+        dv = c * dt * vk;
+        pin::integrate(model, q[i], dv, qk);
+        pin::dIntegrate(model, q[i], dv, Dq, pin::ARG0);
+        vk = v[i] + c * dt * data.ddq;
+        sumv += (k < 2 ? 2.0 : 1.0) * vk;
+        return c;
+    };
     std::vector<std::pair<const char *, std::function<void(int)>>> algorithms = {
         {"rnea", [&](int i) { sink += pin::rnea(model, data, q[i], v[i], a[i])[0]; }},
         {"crba", [&](int i) { sink += pin::crba(model, data, q[i])(0, 0); }},
@@ -112,13 +130,8 @@ int main(int argc, char **argv) {
              vk = v[i];
              sumv = v[i];
              for (int k = 0; k < 3; ++k) {
-                 const double c = k < 2 ? 0.5 : 1.0;
-                 dv = c * dt * vk;
-                 pin::integrate(model, q[i], dv, qk);
-                 pin::dIntegrate(model, q[i], dv, Dq, pin::ARG0);
+                 rk4_stage(i, k);
                  pin::dIntegrate(model, q[i], dv, Dv, pin::ARG1);
-                 vk = v[i] + c * dt * data.ddq;
-                 sumv += (k < 2 ? 2.0 : 1.0) * vk;
                  pin::computeABADerivatives(model, data, qk, vk, tau[i], d1, d2, d3);
                  sink += d1(0, 0) + Dq(0, 0) + Dv(0, 0);
              }
@@ -126,6 +139,38 @@ int main(int argc, char **argv) {
              pin::dIntegrate(model, q[i], dv, Dq, pin::ARG0);
              pin::dIntegrate(model, q[i], dv, Dv, pin::ARG1);
              sink += d1(0, 0) + d2(0, 0) + Dq(0, 0) + Dv(0, 0);
+         }},
+        // RK4's step Jacobians by hand on Pinocchio: the ingredients of the row above composed by the
+        // chain rule through the stages, as GRiD's integrator_gradient does (Eigen's products;
+        // dIntegrateTransport applies dIntegrate d/dv to a block row without forming the product)
+        {"rk4GradientByHand", [&](int i) {
+             pin::computeABADerivatives(model, data, q[i], v[i], tau[i], d1, d2, d3);
+             Mi = d3;
+             Mi.triangularView<Eigen::StrictlyLower>() = d3.transpose();  // Minv: Pinocchio fills the upper half
+             As[0] << d1, d2, Mi;  // A_1 = [dqdd/dq, dqdd/dv, Minv]
+             vk = v[i];
+             sumv = v[i];
+             for (int k = 0; k < 3; ++k) {
+                 const double c = rk4_stage(i, k);
+                 pin::dIntegrateTransport(model, q[i], dv, Vs[k], Tk, pin::ARG1);
+                 Qk = c * dt * Tk;  // Q_{k+1} = [Dq 0 0] + c dt Dv V_k
+                 Qk.leftCols(nv) += Dq;
+                 Vs[k + 1] = V1 + c * dt * As[k];
+                 pin::computeABADerivatives(model, data, qk, vk, tau[i], d1, d2, d3);
+                 Mi = d3;
+                 Mi.triangularView<Eigen::StrictlyLower>() = d3.transpose();
+                 As[k + 1].noalias() = d1 * Qk;  // A_{k+1} = dqdd/dq Q + dqdd/dv V + [0 0 Minv]
+                 As[k + 1].noalias() += d2 * Vs[k + 1];
+                 As[k + 1].rightCols(nv) += Mi;
+             }
+             dv = dt / 6 * sumv;
+             Vsum = Vs[0] + 2 * Vs[1] + 2 * Vs[2] + Vs[3];
+             pin::dIntegrate(model, q[i], dv, Dq, pin::ARG0);
+             pin::dIntegrateTransport(model, q[i], dv, Vsum, Tk, pin::ARG1);
+             dq_next = dt / 6 * Tk;
+             dq_next.leftCols(nv) += Dq;
+             dqd_next = V1 + dt / 6 * (As[0] + 2 * As[1] + 2 * As[2] + As[3]);
+             sink += dq_next(0, 0) + dqd_next(0, 0);
          }},
     };
     if (!frames.empty()) {
