@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -130,6 +131,8 @@ def fits(robot_name: str, algorithm: str, n: int) -> bool:
     g1's frames is 118 kB a state: at N = 1M more than the device and the pinned host buffers of
     the io rows together)."""
     return n * bytes_per_state(robot_name, algorithm) <= BATCH_BYTES
+
+
 HOST_LAYER_BYTES = float(os.environ.get("GRID_CHECK_HOST_LAYER_BYTES", 24e9))
 """The most bytes the host layer's rows of a timing may allocate, in pinned host memory and again on the
 device: init_gridData allocates every field of the header (all its algorithms' inputs and outputs) for N
@@ -137,6 +140,7 @@ states (a g1 header holding idsva_so and fdsva_so: 1.4 MB a state, out of memory
 beyond, the bench times the kernels without the host layer (``--io-max-n``)."""
 
 
+@functools.cache  # the robot loaded and the registry walked once per robot, not per algorithm timed
 def header_bytes_per_state(robot_name: str) -> int:
     """float32 bytes a state takes in the gridData of a header of ALGORITHMS: its input fields and each
     algorithm's outputs, one field per name (what init_gridData allocates)."""
@@ -167,6 +171,8 @@ def bytes_per_state(robot_name: str, algorithm: str) -> int:
     alg = grid_core.registry().algorithm(algorithm)
     ins = [p for p in alg.inputs(robot) if p.kind == "state" and not p.optional]
     return 4 * sum(math.prod(p.shape) for p in [*ins, *alg.outputs(robot)])
+
+
 _NUM = ARCH.split("_", 1)[-1]
 NVCC_FLAGS = ["-std=c++17", "-O3", f"-gencode=arch=compute_{_NUM},code=sm_{_NUM}", "-Xlinker", "--strip-all"]
 

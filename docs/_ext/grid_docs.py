@@ -72,6 +72,13 @@ def anchors(root: Path) -> tuple[dict, dict]:
     return getattr(module, "UPSTREAM_H200_KERNEL", {}), getattr(module, "UPSTREAM_5090", {})
 
 
+def per_algorithm(rtx5090: dict) -> bool:
+    """Whether the published 5090 figures are by algorithm (``{alg: {robot: {N: ...}}}``); older
+    runs' module kept them flat, for inverse dynamics (``{robot: {N: ...}}``)."""
+    return bool(rtx5090) and all(isinstance(v, dict) and all(isinstance(k, str) for k in v)
+                                 for v in rtx5090.values())
+
+
 # -- benchmark results ----------------------------------------------------------------
 
 
@@ -331,7 +338,7 @@ def anchor_table(data: list, rtx5090: dict) -> list[str]:
                 verdict = "yes" if won else ("resident only" if res < up_res else
                                              ("with copies only" if 0 < io < up_host else "no"))
                 table.append([alg, robot, str(n), f"{_us(res)} ({auto.get('resolved', '?')})",
-                              f"{_us(fastest['resident_us'])} ({fastest['resolved'] if fastest['layout'] == 'auto' else fastest['layout']})", f"{up_res:g}", _us(io),
+                              f"{_us(fastest['resident_us'])} ({fastest.get('resolved', fastest['layout'])})", f"{up_res:g}", _us(io),
                               f"{up_host:g}", verdict, escape(f"{run.get('gpu', '?').split(',')[0]}, "
                                                              f"{run.get('date', '?')[:10]}")])
     if not table:
@@ -367,8 +374,7 @@ def _run_body(path: Path, d: dict, outdir: Path, h200: dict, rtx5090: dict,
             # anchors: upstream on the H200 measured inverse dynamics only; the published 5090 figures
             # are per algorithm (older runs' module kept them flat, for inverse dynamics)
             h200_a = h200 if alg == "inverse_dynamics" else {}
-            nested = rtx5090 and all(isinstance(v, dict) and all(isinstance(k, str) for k in v) for v in rtx5090.values())
-            rtx_a = rtx5090.get(alg, {}) if nested else (rtx5090 if alg == "inverse_dynamics" else {})
+            rtx_a = rtx5090.get(alg, {}) if per_algorithm(rtx5090) else (rtx5090 if alg == "inverse_dynamics" else {})
             if len(algs) > 1:
                 out += heading(alg, "~")
             for robot in _robots(rows):
@@ -432,8 +438,7 @@ def results_text(root: Path, outdir: Path) -> str:
             for p, d in data]
     # the page opens with a summary: of each kind of result, the newest run that has it
     out += heading("Summary: the newest results", "-")
-    out += anchor_table(data, rtx5090 if all(isinstance(v, dict) and all(isinstance(k, str) for k in v)
-                                             for v in rtx5090.values()) else {})
+    out += anchor_table(data, rtx5090 if per_algorithm(rtx5090) else {})
     algs = sorted({a for _, d in data for a in _algorithms_of(d)}, key=lambda a: (a != "inverse_dynamics", a))
     def algorithm_of(r: dict) -> str:
         return r.get("algorithm", "inverse_dynamics")
