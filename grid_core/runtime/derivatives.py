@@ -195,9 +195,7 @@ def jvps(rule: Rule, kernels: Kernels, x: dict, params: dict, tangents: dict, ch
     None; the JAX rules pass a differentiable form of them)."""
     if not tangents:
         return None
-    tangents = dict(tangents)
-    if "q" in tangents and not chart.identity:
-        tangents["q"] = tangent_of_q(chart, kernels.xp, x["q"], tangents["q"])
+    tangents = tangents_in_v(chart, kernels.xp, x, tangents)
     J = (jacobians or functools.partial(rule.jacobians, kernels))(x, params, set(tangents))
     several = len(outs) > 1
     totals = []
@@ -212,6 +210,15 @@ def jvps(rule: Rule, kernels: Kernels, x: dict, params: dict, tangents: dict, ch
     return tuple(totals) if several else totals[0]
 
 
+def tangents_in_v(chart: Chart, xp: Namespace, x: dict, tangents: dict) -> dict:
+    """``tangents`` (a dict by input) with q's, given in q's coordinates, as its tangent-space one at
+    ``x["q"]`` (:func:`tangent_of_q`); the others as they are."""
+    tangents = dict(tangents)
+    if "q" in tangents and not chart.identity:
+        tangents["q"] = tangent_of_q(chart, xp, x["q"], tangents["q"])
+    return tangents
+
+
 def tangent_of_q(chart: Chart, xp: Namespace, q, dq):
     """A tangent ``dq`` of q's coordinates (``(B, nq)``) at ``q`` as the tangent-space one (``(B, nv)``)."""
     return (chart.matrix(xp, q) @ dq[..., None])[..., 0]
@@ -222,9 +229,7 @@ def second_jvps(rule: Rule, kernels: Kernels, x: dict, params: dict, tangents: d
     *in)}``) for the inputs' ``tangents`` (batched, q's in its coordinates; those absent zero): the
     second derivatives (:class:`~grid_core.derivatives.SecondRule`) times them, q's through the chart
     at q; an input of ``wanted`` without a term is absent.  :func:`second_vjps` transposed."""
-    tangents = dict(tangents)
-    if "q" in tangents and not chart.identity:
-        tangents["q"] = tangent_of_q(chart, kernels.xp, x["q"], tangents["q"])
+    tangents = tangents_in_v(chart, kernels.xp, x, tangents)
     H = rule.second.hessians(kernels, x, params, set(tangents))
     result = {}
     for a in wanted:
