@@ -28,7 +28,8 @@ from grid_core.review import ParallelismReview, done, not_applicable, todo
 # composer; where two of them compose the same algorithm (forward dynamics and this one both
 # reach minv; forward dynamics and the gradient both reach inverse dynamics) they share its
 # scratch region, so their calls run in turn, a barrier between.  Forward dynamics by its Minv
-# method leaves Minv in its arena (Emitter.leaves): the block layout reads it there (reuses).
+# method leaves Minv (Emitter.leaves), read in place (reuses): in its arena in the block layout, a
+# local of the per-state function, which runs forward dynamics' steps inline.
 
 
 def _fields(nv: int) -> tuple:

@@ -144,7 +144,8 @@ class Emitter:
     (composed algorithm, its field)``.  Where that inner :meth:`leaves` the field for this robot
     (a method the tuning picked), this algorithm's own arena region for it is dropped and the field
     is bound to the callee's (:attr:`~grid_core.emit.layers.Layers.reused`, which its code checks
-    before computing it).  The block layout only: a callee's per-state locals are its own."""
+    before computing it).  In the per-state layout the field is the callee's local, so the
+    orchestrator runs the callee's steps inline there (:meth:`steps`), not its per-state function."""
     composes: tuple[str, ...] = ()
     """Algorithms whose inners this one calls (through :meth:`Layers.compose`); each must be in
     the algorithm's ``depends_on``."""
