@@ -92,20 +92,31 @@ PIN_DEFINES = ("PINOCCHIO_ENABLE_TEMPLATE_INSTANTIATION", "PINOCCHIO_WITH_URDFDO
                "PINOCCHIO_URDFDOM_HEADERS_MINOR_VERSION=0", "PINOCCHIO_URDFDOM_HEADERS_PATCH_VERSION=0")
 
 
+def pinocchio_flags() -> tuple[list[str], list[str]]:
+    """``(compile flags, link flags)`` of the timing program: the ``pin`` wheel's headers, and those
+    of Eigen and urdfdom_headers it includes (the test extras' ``cmeel-eigen`` and
+    ``cmeel-urdfdom-headers``), under site-packages/cmeel.prefix."""
+    import pinocchio
+
+    prefix = Path(pinocchio.__file__).resolve()
+    while prefix.name != "cmeel.prefix":
+        prefix = prefix.parent
+    inc = prefix / "include"
+    return ([*(f"-D{d}" for d in PIN_DEFINES), f"-I{inc}", f"-I{inc / 'eigen3'}", f"-I{inc / 'urdfdom_headers'}",
+             f"-I{inc / 'urdfdom'}"],
+            [f"-L{prefix / 'lib'}", f"-Wl,-rpath,{prefix / 'lib'}", "-lpinocchio_parsers", "-lpinocchio_default",
+             "-lurdfdom_model", "-lconsole_bridge", "-ltinyxml2"])
+
+
 def pinocchio_program() -> Path:
     """The timing program, built once per content (grid_core.buildcache)."""
     import pinocchio
 
     from grid_core import buildcache
 
-    prefix = Path(pinocchio.__file__).resolve()
-    while prefix.name != "cmeel.prefix":
-        prefix = prefix.parent
-    inc = prefix / "include"
-    cmd = [*buildcache.host_compiler(), "-std=c++17", "-O3", "-DNDEBUG", *(f"-D{d}" for d in PIN_DEFINES),
-           f"-I{inc}", f"-I{inc / 'eigen3'}", f"-I{inc / 'urdfdom_headers'}", f"-I{inc / 'urdfdom'}",
-           "pinocchio_timing.cpp", "-o", "{out}", f"-L{prefix / 'lib'}", f"-Wl,-rpath,{prefix / 'lib'}",
-           "-lpinocchio_parsers", "-lpinocchio_default", "-lurdfdom_model", "-lconsole_bridge", "-ltinyxml2"]
+    compile_flags, link_flags = pinocchio_flags()
+    cmd = [*buildcache.host_compiler(), "-std=c++17", "-O3", "-DNDEBUG", *compile_flags,
+           "pinocchio_timing.cpp", "-o", "{out}", *link_flags]
     source = (ROOT / "benchmarks" / "src" / "pinocchio_timing.cpp").read_text()
     print("building the Pinocchio timing program (minutes the first time)...", file=sys.stderr, flush=True)
     path, _ = buildcache.build("pinocchio-timing", {"pinocchio_timing.cpp": source}, cmd, "pinocchio_timing",
