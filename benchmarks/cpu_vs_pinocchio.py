@@ -53,8 +53,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ROBOTS = ("iiwa14", "hyq", "go2", "atlas", "g1")
 RK4 = ":rk4"
 """The suffix of an algorithm timed with its code generated for RK4 (its own library)."""
-# Pinocchio's function -> our algorithms computing the same thing (the first one emitted is timed),
-# and the target: at most this fraction of Pinocchio's time
+KEEP = ":keep_zeros"
+"""The suffix of an algorithm timed with ``keep_zeros=True``: its ``out=`` arrays hold the structural
+zeros already (an earlier call's results), and the call writes only the cells it computes, as
+Pinocchio writes its tensors (the same library)."""
+# Pinocchio's function (after a "|": the row's variant) -> our algorithms computing the same thing (the
+# first one emitted is timed), and the target: at most this fraction of Pinocchio's time
 PAIRS = {
     "rnea": (("inverse_dynamics",), 0.5),
     "crba": (("crba",), 0.5),
@@ -63,6 +67,9 @@ PAIRS = {
     "computeRNEADerivatives": (("inverse_dynamics_gradient",), 0.5),
     "computeABADerivatives": (("forward_dynamics_gradient",), 0.5),
     "ComputeRNEASecondOrderDerivatives": (("idsva_so",), 0.5),
+    # the same, ours with keep_zeros=True: Pinocchio writes the cells it computes and leaves the rest of
+    # its tensors as they are; ours then too
+    "ComputeRNEASecondOrderDerivatives|keep_zeros": ((f"idsva_so{KEEP}",), 0.5),
     # one semi-implicit Euler step (dt = 0.01): aba + integrate; its derivatives: computeABADerivatives
     # and dIntegrate's two Jacobians (ours also forms the six blocks from them)
     "abaIntegrate": (("integrator",), 0.5),
@@ -78,7 +85,7 @@ PAIRS = {
     "framePlacements": (("end_effector_pose",), 0.5),
     "frameJacobians": (("end_effector_pose_gradient",), 0.5),
 }
-TIMED = tuple(dict.fromkeys(a for algorithms, _ in PAIRS.values() for a in algorithms if not a.endswith(RK4)))
+TIMED = tuple(dict.fromkeys(a for algorithms, _ in PAIRS.values() for a in algorithms if ":" not in a))
 """Our algorithms with a Pinocchio counterpart: the only ones built and timed (an algorithm without
 one, such as the operational-space inertia, which refuses hyq's lower legs, is left out)."""
 SECOND_ORDER_ROBOTS = ("iiwa14", "hyq", "atlas")
@@ -168,6 +175,10 @@ def time_ours(robot, n: int, rounds: int, rng, algorithms=None) -> dict:
         rk4 = {t: grid_core.CpuHandle(robot, ["integrator_gradient"], threads=t, **opts) for t in (1, 2)}
         fns = {t: (lambda *a, h=h, **k: h.integrator_gradient(*a, method="rk4", **k)) for t, h in rk4.items()}
         result[f"integrator_gradient{RK4}"] = _time_pair(fns, _args(robot, "integrator_gradient", values), n, rounds)
+    if "idsva_so" in result:  # and with keep_zeros=True (no store floor: filling its out= would break that)
+        fns = {t: (lambda *a, h=h, out=None: h.idsva_so(*a) if out is None else h.idsva_so(*a, out=out, keep_zeros=True))
+               for t, h in handles.items()}
+        result[f"idsva_so{KEEP}"] = _time_pair(fns, _args(robot, "idsva_so", values), n, rounds, floor=False)
     return result
 
 
@@ -179,7 +190,7 @@ def _args(robot, name: str, values: dict) -> list:
             if (p.kind == "state" and not p.optional) or (p.kind == "param" and p.default is None)]
 
 
-def _time_pair(fns: dict, args: list, n: int, rounds: int) -> tuple:
+def _time_pair(fns: dict, args: list, n: int, rounds: int, floor: bool = True) -> tuple:
     """``(one thread, two threads, their paired ratios, each core, store floor)`` of the calls ``fns``
     (by thread count), ns per state; the floor (:func:`store_floor`, on the one-thread call's outputs,
     timed in the same rounds) by kind: ``(ns per state, the call's paired ratios to it)``."""
@@ -187,7 +198,7 @@ def _time_pair(fns: dict, args: list, n: int, rounds: int) -> tuple:
     for _ in range(3):
         for t, fn in fns.items():
             fn(*args, out=outs[t])
-    stores = store_floor(outs[1])
+    stores = store_floor(outs[1]) if floor else {}
     bursts = []
     for _ in range(BURSTS):
         samples = {1: [], 2: [], **{k: [] for k in stores}}
@@ -202,9 +213,9 @@ def _time_pair(fns: dict, args: list, n: int, rounds: int) -> tuple:
                 samples[k].append((time.perf_counter() - t0) / n * 1e9)
         bursts.append(samples)
     best = min(bursts, key=lambda b: _median(b[1]) + _median(b[2]))
-    floor = {k: (best[k], [a / b for a, b in zip(best[1], best[k])]) for k in stores}
+    floors = {k: (best[k], [a / b for a, b in zip(best[1], best[k])]) for k in stores} if stores else None
     return (best[1], best[2], [a / b for a, b in zip(best[1], best[2])],
-            each_core(fns, args, outs, n, CORE_ROUNDS * rounds), floor)
+            each_core(fns, args, outs, n, CORE_ROUNDS * rounds), floors)
 
 
 def store_floor(outs) -> dict:
@@ -400,16 +411,17 @@ def main(argv=None) -> int:
             raise SystemExit(f"{name}: Pinocchio's model has nq {nq:g} nv {nv:g}, ours {robot.nq} {robot.nv}")
         ours = time_ours(robot, args.n, args.rounds, rng, args.algorithms)
         for fn, (candidates, target) in PAIRS.items():
-            if args.algorithms and not {c.removesuffix(RK4) for c in candidates} & set(args.algorithms):
+            if args.algorithms and not {c.split(":")[0] for c in candidates} & set(args.algorithms):
                 continue
             mine = next((c for c in candidates if c in ours), None)
-            rows.append({"robot": name, "nv": robot.nv, "pinocchio_fn": fn, "pinocchio": spread(pin[fn]),
+            pfn = fn.split("|")[0]
+            rows.append({"robot": name, "nv": robot.nv, "pinocchio_fn": pfn, "pinocchio": spread(pin[pfn]),
                          "ours": mine, "target": target,
                          **{f"ours_{t}": spread(ours[mine][k]) if mine else None for k, t in ((0, 1), (1, 2))},
                          "speedup_2": spread(ours[mine][2]) if mine else None,
                          **each_core_summary(ours[mine][3] if mine else None),
-                         **floor_summary(ours[mine][4] if mine else None, pin[fn])})
-            if mine:
+                         **floor_summary(ours[mine][4] if mine else None, pin[pfn])})
+            if mine and "floor" in rows[-1]:
                 print(floor_line(rows[-1]), flush=True)
         print(f"{name}: done", file=sys.stderr, flush=True)
     stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")

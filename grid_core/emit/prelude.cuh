@@ -359,6 +359,11 @@ template <typename F> inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribu
 namespace grid_emu {
 // Worker threads of the launches made from this thread (the CPU ABI entry sets it; <= 0: every core).
 inline thread_local int launch_workers = 1;
+// Whether the launches made from this thread leave the structural zeros of their outputs as the
+// caller's arrays hold them (grid_cpu_keep_zeros, for a call with keep_zeros=True), and whether the
+// launch a worker runs now does: grid_lane_cells_store then writes the cells assigned alone.
+inline thread_local bool launch_keep_zeros = false;
+inline thread_local bool keep_zeros = false;
 inline thread_local std::vector<unsigned char> arena;  // this thread's shared memory
 
 // Threads for `workers` (<= 0: every core).
@@ -373,6 +378,7 @@ inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t s
         void (*kernel)(KArgs...);
         dim3 grid;
         size_t smem_size;
+        bool keep;  // launch_keep_zeros of the launching thread
         std::tuple<Args...> args;
 
         static void blocks(void *context, size_t from, size_t to) {
@@ -383,16 +389,18 @@ inline void launch(void (*kernel)(KArgs...), dim3 grid, dim3 /*block*/, size_t s
             threadIdx = dim3(0, 0, 0);
             smem = arena.data();
             smem_bytes = l.smem_size;
+            keep_zeros = l.keep;
             for (size_t bx = from; bx < to; ++bx) {
                 blockIdx = dim3(unsigned(bx), 0, 0);
                 std::apply(l.kernel, l.args);
             }
             smem = nullptr;
             smem_bytes = 0;
+            keep_zeros = false;
         }
     };
     const size_t threads = launch_threads(launch_workers);
-    const Launch l{kernel, grid, smem_size, std::tuple<Args...>(args...)};
+    const Launch l{kernel, grid, smem_size, launch_keep_zeros, std::tuple<Args...>(args...)};
     grid_host::run_on_pool(&Launch::blocks, const_cast<Launch *>(&l), grid.x, grid.x / (64 * threads), threads);
 }
 

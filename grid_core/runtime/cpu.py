@@ -20,6 +20,7 @@ import subprocess
 import numpy as np
 
 from .. import buildcache
+from ..errors import InputError
 from .backend import AbiBackend
 from .handle import RobotHandle
 
@@ -56,7 +57,11 @@ def cpu_entries(robot, algorithms, dtypes=None, frames=None, algorithm_options=N
     ``GRID_ABI_BAD_QUATERNION``, as the host form does."""
     from ..abi import DTYPES, PACKED_TAIL, abi_functions, quaternion_check
 
-    lines = ['extern "C" {']
+    lines = ['extern "C" {',
+             "// keep_zeros=True: this thread's calls leave their outputs' structural zeros as the arrays hold",
+             "// them (CpuHandle sets it around such a call; grid_lane_cells_store reads it; poison off then)",
+             "void grid_cpu_keep_zeros(int on) { grid_emu::launch_keep_zeros = on != 0; }",
+             ""]
     for fn in abi_functions(robot, algorithms, dtypes, frames, algorithm_options):
         T = DTYPES[fn.dtype]
         ports = [*fn.outputs, *fn.inputs, *fn.params]
@@ -76,8 +81,8 @@ def cpu_entries(robot, algorithms, dtypes=None, frames=None, algorithm_options=N
                 "    if (bad >= 0) return GRID_ABI_NONFINITE_INPUT - bad;",
                 *quaternion_check(fn, robot, T, staged=False),
             ]
-        lines += [f"    if (poison_outputs) std::memset({p.name}, 0xff, n * {math.prod(p.shape)} * sizeof({T}));"
-                  for p in fn.outputs]
+        lines += [f"    if (poison_outputs && !grid_emu::launch_keep_zeros) "
+                  f"std::memset({p.name}, 0xff, n * {math.prod(p.shape)} * sizeof({T}));" for p in fn.outputs]
         lines += [
             "    grid_emu::launch_workers = workers;",
             f"    return {fn.symbol}({', '.join([*(p.name for p in ports), *tail_names])}, nullptr);",
@@ -145,6 +150,13 @@ class CpuHandle(AbiBackend):
     core this process may use; ``1``: the calling thread only).
     ``generate_options`` go to :func:`grid_core.generate` (``frames=``: the frames of the
     end-effector algorithms; a call with other ``frames`` builds, once, the library for those).
+
+    ``keep_zeros=True`` with ``out=`` (a call's keyword): the arrays of ``out=`` already hold the
+    outputs' structural zeros (an earlier call's results, or zeros), and the call writes only the
+    cells its kernels compute, as Pinocchio writes its tensors.  It pays where an output is mostly
+    structural zeros and written cell by cell: ``idsva_so`` in its loop form (atlas: 16% of its
+    tensors' cache lines hold a computed cell); elsewhere the call is the same.  The caller
+    vouches for the zeros: a cell that is not zero there stays as it was.
     """
 
     host_form = "_cpu"
@@ -172,6 +184,21 @@ class CpuHandle(AbiBackend):
             raise ValueError(f"CpuHandle runs the per-state layout only (its build has no block kernels), "
                              f"not layout={kw['layout']!r}")
         return super().with_launch(**kw)
+
+    def _call(self, alg, args, kwargs, out=None):
+        """The checked path, and ``keep_zeros=True``: the call writes only the cells its kernels
+        compute, leaving the outputs' structural zeros as ``out=`` holds them (:attr:`keep_zeros`)."""
+        if not kwargs.pop("keep_zeros", False):
+            return super()._call(alg, args, kwargs, out)
+        if out is None:
+            raise InputError(f"{alg.name}: keep_zeros=True needs out=, arrays that already hold the outputs' "
+                             "structural zeros (an earlier call's results, or zeros)")
+        lib = self._lib()
+        lib.grid_cpu_keep_zeros(1)
+        try:
+            return super()._call(alg, args, kwargs, out)
+        finally:
+            lib.grid_cpu_keep_zeros(0)
 
     def _settings_of(self, name: str) -> tuple[int, int, int, int, int]:
         # the CPU entry takes the worker count where the host form takes ``transfer``

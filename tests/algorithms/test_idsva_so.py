@@ -40,6 +40,7 @@ import pytest
 
 from conftest import load
 from grid_core import Reference
+from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_state
 from tests.generated import CODEGEN_ROBOTS, FULL_SWEEP, gpu_rung_cases, library, rung_cases, rung_options
 
@@ -145,6 +146,38 @@ def test_idsva_so_cpu_handle_humanoid(rng):
     assert_close(d2qd, by_qd[1], 1e-6, "atlas: d2tau_dqd2 vs Pinocchio")
     assert_close(dqdqd, by_qd[0], 1e-6, "atlas: d2tau_dqdqd vs Pinocchio")
     assert_close(dM, tangent_fd(robot, lambda x: pin_crba(robot, x), q, 1e-5), 1e-6, "atlas: dM_dq vs Pinocchio")
+
+
+def test_keep_zeros_writes_the_computed_cells_alone(rng):
+    """``keep_zeros=True`` with ``out=`` on the CPU backend (atlas, the loop form, two worker threads,
+    poison on): the cells the kernels compute are written, bit for bit those of a plain call, and
+    every other cell keeps what ``out=`` held (a sentinel), the same cells for every state and
+    sentinel, each a zero of the plain call; from zeros the whole result equals the reference.
+    Without ``out=`` it is refused."""
+    robot = load("atlas")
+    cpu = cpu_handle("atlas")
+    q, qd, qdd, f_ext = _states(robot, rng, 9)
+    plain = cpu.idsva_so(q, qd, qdd, f_ext)
+    left = []
+    for sentinel in (7.0, -3.5):
+        out = tuple(np.full(x.shape, sentinel) for x in plain)
+        assert cpu.idsva_so(q, qd, qdd, f_ext, out=out, keep_zeros=True) is out
+        kept = [x == sentinel for x in out]
+        for x, p, k in zip(out, plain, kept):
+            assert np.array_equal(x[~k], p[~k])
+            assert np.all(p[k] == 0)
+            assert np.all(k == k[0])  # the same cells in every state: the structure, not the values
+        left.append([k[0] for k in kept])
+    for a, b in zip(*left):
+        assert np.array_equal(a, b)
+    # atlas's tensors are mostly structural zeros, which the call left alone
+    assert sum(k.sum() for k in left[0]) > 0.8 * sum(k.size for k in left[0])
+    zeros = tuple(np.zeros(x.shape) for x in plain)
+    cpu.idsva_so(q, qd, qdd, f_ext, out=zeros, keep_zeros=True)
+    for x, e in zip(zeros, Reference(robot).idsva_so(q, qd, qdd, f_ext)):
+        assert_close(x, e, 1e-9, "atlas cpu keep_zeros from zeros")
+    with pytest.raises(InputError, match="keep_zeros=True needs out="):
+        cpu.idsva_so(q, qd, qdd, f_ext, keep_zeros=True)
 
 
 def test_contraction_form_is_chosen_by_the_cells_and_the_option():
