@@ -7,7 +7,10 @@ floating bases, mimic joints, continuous joints, sloppy inertias).
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,6 +45,16 @@ def load(name: str, floating_base=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return grid_core.load_robot(name, floating_base=fb)
+
+
+def script_module(name: str, path: Path):
+    """The module of a file outside the packages (a benchmark script, a docs extension), loaded once
+    per process as ``sys.modules[name]``."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
 
 
 @pytest.fixture(scope="session")

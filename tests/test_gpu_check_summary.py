@@ -4,17 +4,15 @@ and batch."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from conftest import script_module
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("gpu_check_under_test", SCRIPT)
 
 
 def test_tiers_table_sets_the_fastest_pair_against_the_default():

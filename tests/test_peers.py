@@ -13,9 +13,7 @@ both gradient rows on iiwa14, go2 and g1 is the benchmark's own (rel 1e-9).
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import sys
 import warnings
 from pathlib import Path
 
@@ -24,6 +22,7 @@ import numpy as np
 import pytest
 
 import grid_core
+from conftest import script_module
 from grid_core.testing import assert_close, random_state
 from tests.model.test_mjcf import mujoco_dynamics  # MuJoCo's inverse dynamics and dense M at one state
 
@@ -33,15 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FAST_COMPILE = {"xla_disable_hlo_passes": "fusion", "xla_backend_optimization_level": 0}
 
 
-def _module(name: str, path: Path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-peers = _module("grid_peers", ROOT / "benchmarks" / "peers.py")
+peers = script_module("grid_peers", ROOT / "benchmarks" / "peers.py")
 
 
 def load(name):
@@ -221,7 +212,7 @@ def test_the_command_writes_the_peer_rows_and_the_docs_render_them(tmp_path, cap
     printed = capsys.readouterr().out
     assert "MJX/grid" in printed and "published, not measured here" in printed
 
-    docs = _module("grid_docs", ROOT / "docs" / "_ext" / "grid_docs.py")
+    docs = script_module("grid_docs", ROOT / "docs" / "_ext" / "grid_docs.py")
     text = "\n".join(docs.peers_section(data, out, tmp_path))
     assert "go2" in text and "MuJoCo Warp" in text and "published, not measured here" in text
     assert f"{rows[0]['peer_us'] / rows[0]['grid_us']:.1f}x" in text

@@ -187,7 +187,7 @@ class CpuHandle(AbiBackend):
 
     def _call(self, alg, args, kwargs, out=None):
         """The checked path, and ``keep_zeros=True``: the call writes only the cells its kernels
-        compute, leaving the outputs' structural zeros as ``out=`` holds them (:attr:`keep_zeros`)."""
+        compute, leaving the outputs' structural zeros as ``out=`` holds them (the class docstring)."""
         if not kwargs.pop("keep_zeros", False):
             return super()._call(alg, args, kwargs, out)
         if out is None:
