@@ -8,12 +8,18 @@ floating bases, mimic joints, continuous joints, sloppy inertias).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+# JAX takes 75% of a GPU's memory when it first touches it; pytest-xdist's workers share one GPU
+# (the gpu-marked tests, -n 16 on the device: 16 such processes exhausted an H100's memory, and
+# JAX, PyTorch and our own launches failed with out-of-memory).  Each worker allocates as it needs.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 # name -> floating_base argument of load_robot (None: the source's natural base)
 BUNDLED = {"iiwa14": None, "hyq": None, "atlas": None, "go2": None, "g1": None}
