@@ -264,11 +264,13 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
 // Normwise per state and output, as the tests judge (rel_error): an entry of Minv or qdd near zero
 // beside large ones differs between layouts by the rounding of the large ones (float32 on a
 // humanoid, cond(M) ~ 1e5), which an elementwise comparison would call a mismatch.
-static bool same(const std::vector<T> &a, const std::vector<T> &b) {
+static bool same(const std::vector<T> &a, const std::vector<T> &b, const char *what = nullptr) {
     size_t per_state = 0;
     for (int o = 0; o < ad::NUM_OUT; ++o) per_state += ad::OUT_SIZE[o];
     const size_t n = a.size() / per_state;
     size_t at = 0;  // fetch's layout: each output's states one after another
+    double worst = 0;  // the largest diff / (1 + scale) over the states and outputs
+    int output = -1, state = -1;
     for (int o = 0; o < ad::NUM_OUT; ++o) {
         for (size_t k = 0; k < n; ++k) {
             double diff = 0, scale = 0;
@@ -276,10 +278,15 @@ static bool same(const std::vector<T> &a, const std::vector<T> &b) {
                 diff = std::max(diff, double(std::abs(a[at] - b[at])));
                 scale = std::max(scale, double(std::abs(b[at])));
             }
-            if (!(diff <= 1e-4 * (1.0 + scale))) return false;
+            const double rel = diff / (1.0 + scale);
+            if (!(rel <= worst)) { worst = rel; output = o; state = int(k); }  // NaN too
         }
     }
-    return true;
+    const bool ok = worst <= 1e-4;
+    // what differs, and by how much: a layout's rounding (float32, an ill-conditioned M) or a defect
+    if (!ok && what) std::printf("check: %s differs: output %d, state %d, %.3g of 1 + its largest value\n", what, output,
+                                 state, worst);
+    return ok;
 }
 
 static void fetch(const Buffers &b, std::vector<T> &got) {
@@ -317,7 +324,10 @@ static int run_check() {
                     CHECK(cudaStreamSynchronize(s));
                     fetch(b, got);
                     if (!have_first) { first = got; have_first = true; }
-                    failures += !same(got, first);
+                    char what[96];
+                    std::snprintf(what, sizeof what, "block tier %d threads %d blocks %d%s", tier, threads, blocks,
+                                  optional ? " optional inputs" : "");
+                    failures += !same(got, first, what);
                     ++runs;
                 }
             }
@@ -337,7 +347,10 @@ static int run_check() {
             CHECK(launch(b, cfg, s, optional));
             CHECK(cudaStreamSynchronize(s));
             fetch(b, got);
-            failures += !same(got, first);
+            char what[96];
+            std::snprintf(what, sizeof what, "per_state threads %d%s%s", cfg.threads, cfg.stage_io ? " staged" : "",
+                          optional ? " optional inputs" : "");
+            failures += !same(got, first, what);
             ++runs;
         }
     }
