@@ -269,17 +269,19 @@ static bool same(const std::vector<T> &a, const std::vector<T> &b, const char *w
     for (int o = 0; o < ad::NUM_OUT; ++o) per_state += ad::OUT_SIZE[o];
     const size_t n = a.size() / per_state;
     size_t at = 0;  // fetch's layout: each output's states one after another
-    double worst = 0;  // the largest diff / (1 + scale) over the states and outputs
+    double worst = 0;  // the largest diff / (1 + scale) over the states and outputs, the first NaN else
     int output = -1, state = -1;
     for (int o = 0; o < ad::NUM_OUT; ++o) {
         for (size_t k = 0; k < n; ++k) {
             double diff = 0, scale = 0;
             for (size_t i = 0; i < ad::OUT_SIZE[o]; ++i, ++at) {
-                diff = std::max(diff, double(std::abs(a[at] - b[at])));
+                // a NaN stays (std::max would drop it): a cell left as poison() wrote it, or not finite
+                const double d = double(std::abs(a[at] - b[at]));
+                if (std::isnan(d) || d > diff) diff = d;
                 scale = std::max(scale, double(std::abs(b[at])));
             }
             const double rel = diff / (1.0 + scale);
-            if (!(rel <= worst)) { worst = rel; output = o; state = int(k); }  // NaN too
+            if (!std::isnan(worst) && (std::isnan(rel) || rel > worst)) { worst = rel; output = o; state = int(k); }
         }
     }
     const bool ok = worst <= 1e-4;
