@@ -378,7 +378,7 @@ def adapter(robot, algorithm: str, header: str = "") -> str:
         fields = L.emitter.grid_data_names()
         outs = [f"if (k == {k}) return hd->h_{fields.get(p.name, p.name)};" for k, p in enumerate(L.outputs)]
         outs.append("return nullptr;")
-        copy_n = L.first_copied_batch()
+        copy_n = L.first_copied_batch(4)  # bench.cu times float32
     staged = f"g::{pfx}_STAGED_THREADS<T>()" if L.emitter.staged else "0"
     return "\n".join([
         f"// adapter of benchmarks/src/bench.cu to {algorithm} (written by benchmarks/gpu_check.py)",

@@ -35,7 +35,7 @@ import attrs
 
 from .algorithm import Port
 from .composer import resolve_algorithms
-from .emit.layers import MAPPED_MAX_WORK  # the rule the gridData wrappers follow too
+from .emit.layers import mapped_by_size  # the rule the gridData wrappers follow too
 from .emit.signature import Signature
 from .model import Robot
 from .model.robot import QUATERNION_TOLERANCE
@@ -45,9 +45,13 @@ DTYPES = {"f32": "float", "f64": "double"}
 TRANSFERS = {"auto": 0, "copy": 1, "mapped": 2, "mapped_staged": 3}
 
 
-def mapped_by_default(num_timesteps: int, values_per_state: int) -> bool:
-    """Whether ``transfer="auto"`` moves this batch through mapped memory (as the C code decides)."""
-    return num_timesteps * values_per_state * values_per_state <= MAPPED_MAX_WORK
+def mapped_by_default(num_timesteps: int, values_per_state: int, output_bytes_per_state: int = 0,
+                      block: bool = False, staged: bool = False) -> bool:
+    """Whether ``transfer="auto"`` moves this batch through mapped memory (as the C code decides:
+    :func:`grid_core.emit.layers.mapped_by_size`): ``values_per_state`` input values and
+    ``output_bytes_per_state`` bytes of outputs a state, launched in the block layout or per state
+    (staged or not)."""
+    return mapped_by_size(num_timesteps, values_per_state, output_bytes_per_state, block, staged)
 
 
 # Word index layout of the packed entries: the arguments in order, then these.
@@ -68,12 +72,14 @@ class AbiFunction:
     params: tuple[Port, ...]
     launch: Signature  # X_launch's signature node: the entries call it through it
     stage_io: str  # cfg.stage_io of the host form, as Layers.stage_io_rule renders it
+    mapped: str  # the host form's choice of mapped memory by size, as Layers.mapped_rule renders it
 
 
-def abi_functions(robot: Robot, algorithms, dtypes=None, frames=None, algorithm_options=None) -> list[AbiFunction]:
+def abi_functions(robot: Robot, algorithms, dtypes=None, frames=None, algorithm_options=None,
+                  namespace: str = "grid") -> list[AbiFunction]:
     """The entries of every algorithm in each precision of ``dtypes`` (keys of :data:`DTYPES`;
     ``None``: both), for the header generated with ``frames`` and ``algorithm_options`` (its
-    outputs' sizes: the option ports' values)."""
+    outputs' sizes: the option ports' values) in ``namespace``."""
     from .composer import Composer, GenerateOptions
 
     dtypes = tuple(DTYPES) if dtypes is None else tuple(dtypes)
@@ -95,6 +101,7 @@ def abi_functions(robot: Robot, algorithms, dtypes=None, frames=None, algorithm_
                     params=tuple(p for p in ins if p.kind == "param"),
                     launch=layers.launch,
                     stage_io=layers.stage_io_rule("transfer", "mapped", "n"),
+                    mapped=layers.mapped_rule("n", "layout", DTYPES[dt], "per_state", f"{namespace}::"),
                 )
             )
     return out
@@ -132,7 +139,6 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "#include <type_traits>",
         "#include <vector>",
         "",
-        f"#define GRID_ABI_MAPPED_MAX_WORK {MAPPED_MAX_WORK}ull",
         *support_text().splitlines(),
         "",
         'extern "C" {',
@@ -184,7 +190,7 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "}",
         "",
     ]
-    for fn in abi_functions(robot, algorithms, dtypes, frames, algorithm_options):
+    for fn in abi_functions(robot, algorithms, dtypes, frames, algorithm_options, ns):
         lines += _function_source(fn, ns, robot)
     lines += ['}  // extern "C"', ""]
     return "\n".join(lines)
@@ -273,7 +279,7 @@ def _function_source(fn: AbiFunction, ns: str, robot: Robot | None = None) -> li
         body.append(f"    const size_t i_{p.name} = in_bytes; if ({p.name} != nullptr) in_bytes += slice({size});")
     body += [
         f"    const size_t per_state = {in_elements};  // input values per state",
-        "    const bool mapped = transfer >= 2 || (transfer == 0 && n * per_state * per_state <= GRID_ABI_MAPPED_MAX_WORK);",
+        f"    const bool mapped = transfer >= 2 || (transfer == 0 && {fn.mapped});",
         "    const size_t first = mapped ? 2 : 0;  // the buffer pair used",
         "    GRID_ABI_TRY(staging.ensure(first, out_bytes));",
         "    GRID_ABI_TRY(staging.ensure(first + 1, in_bytes > 0 ? in_bytes : 256));",

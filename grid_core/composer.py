@@ -16,7 +16,7 @@ from .arena import ArenaPlan, Tier, expand_rungs, select_rungs, target_from_env
 from .emit import nodes as n
 from .emit import spatial_steps as ss
 from .emit.emitter import EmitContext, GridDataField
-from .emit.layers import Layers
+from .emit.layers import Layers, mapped_rule_function
 from .emit.expr import Scope
 from .emit.printer import render
 from .algorithm import generation_values, option_ports
@@ -224,6 +224,7 @@ def runtime_support(max_perf_threads: int) -> list:
             n.Raw("// host memory, where every uncoalesced access is a bus transaction (the C ABI's host path)"),
             n.Raw("bool stage_io = false;"),
         ]),
+        *mapped_rule_function(),
         n.Comment("Workspace slices are per block; spilled launches use at most this many blocks."),
         n.Stmt("static constexpr int MAX_WORKSPACE_BLOCKS = 2048"),
         n.Blank(),

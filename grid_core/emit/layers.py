@@ -90,6 +90,26 @@ XI_REGION = "XI"
 # its two transfers: so mapped memory for iiwa14 to ~9000 states, go2 to ~1300, g1 to ~350.
 MAPPED_MAX_WORK = 4_000_000
 
+# ... and while the kernel's stores reach the bus merged into lines or are few.  Through mapped memory
+# every store crosses the bus as the kernel makes it; the copy engine moves the outputs at ~53 GB/s
+# after a fixed ~15 us.  Measured (H200 b3cf4ce / 7819aa9 / fda5422, H100 b10591c / c2c26cd, the
+# results files; float32, with copies, mapped / copy engine, us), with the rule each set:
+# - the block layout, a state's outputs stored by its block: mapped won at up to 9.6 KiB a state
+#   (g1's inverse-dynamics gradient at N = 256 202 / 210), lost at 91 KiB (go2's idsva_so at N = 16
+#   339 / 218; g1's, 670 KiB, 1999 / 828);
+MAPPED_BLOCK_STATE_BYTES = 32 << 10
+# - the per-state layout staged through shared memory (coalesced): mapped won at up to 1.3 KiB a
+#   state (go2's Minv, to N = 1048576: 26506 / 28878), lost at 3.5 KiB (atlas's Minv at N = 4096,
+#   fda5422: 382 / 336) and 4.8 KiB (g1's Minv at 1024, H100 b10591c: 215 / 167);
+MAPPED_STAGED_STATE_BYTES = 2 << 10
+# - the per-state layout unstaged, each thread storing its own state's row: rows of up to 140 bytes
+#   stored well (inverse dynamics: the input bound decides), from 196 bytes mapped memory lost at
+#   100 KiB a batch and more (iiwa14's plain Minv at N = 1024, 196-byte rows: 62 / 27; its
+#   inverse-dynamics gradient at N = 256, 392-byte rows: 51 / 35; go2's at 1024, 2.6 KiB rows:
+#   327 / 135; end-effector poses at 1024, 256-byte rows: 113 / 32 on go2).
+MAPPED_ROW_BYTES = 160
+MAPPED_SCATTERED_BATCH_BYTES = 64 << 10
+
 # Mapped memory picked by size takes the staged per-state kernel (Layers.stages_mapped) from this
 # batch on.  H200, b3cf4ce, iiwa14 CRBA's host path plain / staged: B = 16 14.0 / 17.9 us (a block of
 # 16 states: staging adds its barrier-bound passes and saves little bus traffic), B = 256 27.7 /
@@ -107,6 +127,43 @@ def xi_region(robot) -> ArenaRegion:
     from .spatial_steps import xi_size
 
     return ArenaRegion(XI_REGION, xi_size(robot), "configuration-dependent transform data (loaded once per state)")
+
+
+def mapped_by_size(num_timesteps: int, in_values: int, out_bytes: int, block: bool = False,
+                   staged: bool = False) -> bool:
+    """The host forms' choice by size (``grid_mapped_by_size`` in the header): mapped memory for a
+    batch of ``num_timesteps`` states, each of ``in_values`` input values and ``out_bytes`` bytes of
+    outputs, launched in the block layout (``block``) or per state, staged or not (``staged``); else
+    the copy engine.  The bounds above say what each was set from."""
+    if num_timesteps * in_values * in_values > MAPPED_MAX_WORK:
+        return False
+    if block:
+        return out_bytes <= MAPPED_BLOCK_STATE_BYTES
+    if staged:
+        return out_bytes <= MAPPED_STAGED_STATE_BYTES
+    return out_bytes <= MAPPED_ROW_BYTES or num_timesteps * out_bytes <= MAPPED_SCATTERED_BATCH_BYTES
+
+
+def mapped_rule_function():
+    """``grid_mapped_by_size``: :func:`mapped_by_size` in C++, which the gridData wrappers and the C
+    ABI's host form call (:meth:`Layers.mapped_rule`)."""
+    return [
+        n.Comment("The host forms' transfer by size (grid_core.emit.layers.mapped_by_size): mapped memory while\n"
+                  "states x (input values a state)^2 stays within the bound (the kernel's loads over the bus are\n"
+                  "serial round trips) and the kernel's stores reach the bus merged into lines or are few (each\n"
+                  "crosses the bus as it is made; the copy engine moves the outputs at ~53 GB/s after ~15 us);\n"
+                  "else the copy engine, one transfer each way.  out_bytes: a state's outputs."),
+        n.Function("inline bool grid_mapped_by_size(size_t n, size_t in_values, size_t out_bytes, bool block, "
+                   "bool staged)", [
+            n.If(f"n * in_values * in_values > {MAPPED_MAX_WORK}ull", [n.Stmt("return false")]),
+            n.If("block", [n.Stmt(f"return out_bytes <= {MAPPED_BLOCK_STATE_BYTES}ull",
+                                  comment="a state's outputs stored by its block")]),
+            n.If("staged", [n.Stmt(f"return out_bytes <= {MAPPED_STAGED_STATE_BYTES}ull",
+                                   comment="coalesced through shared memory")]),
+            n.Stmt(f"return out_bytes <= {MAPPED_ROW_BYTES}ull || n * out_bytes <= {MAPPED_SCATTERED_BATCH_BYTES}ull",
+                   comment="a thread's row: short, or few"),
+        ]),
+    ]
 
 
 def _size(port) -> int:
@@ -494,7 +551,7 @@ class Layers:
                           "the header's widest, bounds TIER_SHARED)."),
                 n.Stmt(f"static constexpr int {self.pfx}_BLOCK_THREADS = {threads}")]
         if self.has_state:
-            min_n = int(self.ctx.tuning.get("per_state_min_n", em.DEFAULT_PER_STATE_MIN_N))
+            min_n = self.per_state_min_n()
             source = "measured on the GPU" if "per_state_min_n" in self.ctx.tuning else "default, not yet measured"
             out += [
                 n.Comment(f"Batches of at least this many states use the per-state layout ({source})."),
@@ -1122,11 +1179,41 @@ class Layers:
         """The state input values per state the gridData wrapper's mapped-memory rule counts."""
         return sum(_size(p) for p in self.states if p.name != "f_ext")
 
-    def first_copied_batch(self) -> int:
+    def host_output_values_per_state(self) -> int:
+        """The output values per state the gridData wrapper's mapped-memory rule counts."""
+        return sum(_size(p) for p in self.outputs)
+
+    def per_state_min_n(self) -> int | None:
+        """The batch from which ``LAYOUT_AUTO`` takes the per-state layout (None: never)."""
+        if not self.has_state:
+            return None
+        return int(self.ctx.tuning.get("per_state_min_n", self.emitter.DEFAULT_PER_STATE_MIN_N))
+
+    def mapped_by_size(self, num_timesteps: int, value_bytes: int = 8) -> bool:
+        """Whether the gridData wrapper moves this batch through mapped memory (the auto layout, values
+        of ``value_bytes``: :meth:`mapped_rule` in Python)."""
+        min_n = self.per_state_min_n()
+        return mapped_by_size(num_timesteps, self.host_values_per_state(),
+                              self.host_output_values_per_state() * value_bytes,
+                              block=min_n is None or num_timesteps < min_n,
+                              staged=self.stages_mapped() and num_timesteps >= MAPPED_STAGE_MIN_N)
+
+    def first_copied_batch(self, value_bytes: int = 8) -> int:
         """The smallest batch the gridData wrapper moves through the copy engine (below it, mapped
-        memory), by :data:`MAPPED_MAX_WORK`."""
-        per = self.host_values_per_state()
-        return MAPPED_MAX_WORK // (per * per) + 1
+        memory) for values of ``value_bytes`` (8: double).  A larger batch can take mapped memory
+        again where the staged kernel starts (:data:`MAPPED_STAGE_MIN_N`)."""
+        return next(m for m in range(1, MAPPED_MAX_WORK + 2) if not self.mapped_by_size(m, value_bytes))
+
+    def mapped_rule(self, batch: str, layout: str, value_type: str, in_values: str | None = None,
+                    ns: str = "") -> str:
+        """The host forms' choice of mapped memory by size, as a C++ call of ``grid_mapped_by_size``
+        on their names for the batch, the requested layout and the value type (``in_values``: the
+        input values a state, if not every input's; ``ns``: the header's namespace, qualified)."""
+        ins = in_values or f"{self.host_values_per_state()}u"
+        staged = f"{batch} >= {MAPPED_STAGE_MIN_N}" if self.stages_mapped() else "false"
+        return (f"{ns}grid_mapped_by_size(size_t({batch}), {ins}, {self.host_output_values_per_state()}u * "
+                f"sizeof({value_type}), {ns}{self.name}_resolve_layout(int({batch}), {layout}) == {ns}LAYOUT_BLOCK, "
+                f"{staged})")
 
     def stages_mapped(self) -> bool:
         """Whether the host forms' mapped memory takes the staged per-state kernel when the
@@ -1166,8 +1253,8 @@ class Layers:
             n.Comment("the bus (no copy-engine transfer to set up, most of a small call's cost); larger ones"),
             n.Comment("through the copy engine.  Either way one stream, one synchronisation."),
             n.Stmt(f"const bool mapped = hd_data->transfer >= 2 || (hd_data->transfer == 0 && "
-                   f"size_t(num_timesteps) * {per_state * per_state}u <= {MAPPED_MAX_WORK}u)",
-                   comment=f"by size: states x {per_state}^2 input values"),
+                   f"{self.mapped_rule('num_timesteps', 'LAYOUT_AUTO', 'T')})",
+                   comment=f"by size: {per_state} input values, {self.host_output_values_per_state()} outputs a state"),
             n.Stmt("LaunchConfig cfg"),
             *([n.Comment("mapped by size: the staged kernel's coalesced accesses (its outputs are large: a state's row"),
                n.Comment("a store at a time reaches the bus as partial lines)")] if self.stages_mapped() else []),
@@ -1287,4 +1374,5 @@ def _base_state_body():
     return Emitter.state_body
 
 
-__all__ = ["GRAVITY", "MAPPED_MAX_WORK", "PARAMS", "XI_REGION", "Layers", "ParamSpec", "padded", "xi_region"]
+__all__ = ["GRAVITY", "MAPPED_MAX_WORK", "PARAMS", "XI_REGION", "Layers", "ParamSpec", "mapped_by_size",
+           "mapped_rule_function", "padded", "xi_region"]

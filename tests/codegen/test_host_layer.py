@@ -1,7 +1,8 @@
 """The gridData host layer (layer 3, upstream's host API) host-emulated against the Reference:
 every emitted algorithm with a host wrapper (each of its outputs), on a batch small enough for
 mapped memory and on the first batch the wrapper moves through the copy engine instead
-(:data:`grid_core.emit.layers.MAPPED_MAX_WORK`), float64 rel 1e-9.  The GPU side of the same
+(:func:`grid_core.emit.layers.mapped_by_size`), float64 rel 1e-9; and that rule, as the header
+renders it, against its Python twin and the H100 measurements it was set from.  The GPU side of the same
 comparison is bench check's (benchmarks/src/bench.cu, under compute-sanitizer)."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 from conftest import load
 from grid_core import Reference, algorithms, buildcache
 from grid_core.composer import Composer, GenerateOptions, generate
+from grid_core.emit.layers import (MAPPED_BLOCK_STATE_BYTES, MAPPED_MAX_WORK, MAPPED_ROW_BYTES,
+                                   MAPPED_SCATTERED_BATCH_BYTES, MAPPED_STAGED_STATE_BYTES, mapped_by_size)
 from grid_core.errors import InputError
 from grid_core.runtime.backend import emulation_command
 from grid_core.testing import assert_close, random_state
@@ -28,7 +31,10 @@ def _wrapper(robot, algorithms: list[str]) -> tuple[str, dict]:
     """C source of ``host_<alg>(n, q_qd, u, out)`` for each algorithm: gridData filled from
     [q | qd] and the third input, the host wrapper (compressed form, every flag on), the results
     copied out; and each algorithm's (state input names, output size, first copied batch)."""
-    lines = ["#include \"grid.cuh\"", "#include <cstring>", ""]
+    lines = ["#include \"grid.cuh\"", "#include <cstring>", "",
+             'extern "C" int mapped_by_size(size_t n, size_t in_values, size_t out_bytes, int block, int staged) {',
+             "    return grid::grid_mapped_by_size(n, in_values, out_bytes, block != 0, staged != 0);",
+             "}", ""]
     info = {}
     for alg in algorithms:
         L = Composer(robot, GenerateOptions()).layers(alg)
@@ -120,3 +126,54 @@ def test_every_host_wrapper_equals_the_reference_mapped_and_copied(host_layer, r
                     judge_inertia(robot, inputs["q"][pick], out[pick], exp, np.float64, what)
                     continue
                 assert_close(out[pick], exp, 1e-9, what)
+
+
+def test_the_transfer_rule_in_the_header_is_the_rule_in_python(host_layer):
+    """``grid_mapped_by_size`` (what the gridData wrappers and the C ABI call) decides as
+    :func:`~grid_core.emit.layers.mapped_by_size` does, on both sides of each of its bounds, and the
+    host layer's first copied batch is where the rule turns."""
+    robot, lib, info = host_layer
+    rule = lib.mapped_by_size
+    rule.argtypes, rule.restype = [ctypes.c_size_t] * 3 + [ctypes.c_int] * 2, ctypes.c_int
+    edges = {1, 2, 16, 64, 256, 1024, 9000, 81633, 81634}
+    for b in (MAPPED_BLOCK_STATE_BYTES, MAPPED_STAGED_STATE_BYTES, MAPPED_ROW_BYTES):
+        edges |= {MAPPED_SCATTERED_BATCH_BYTES // b, MAPPED_SCATTERED_BATCH_BYTES // b + 1}
+    for ins in (7, 21, 55, 106):
+        for out in (28, 72, MAPPED_ROW_BYTES, MAPPED_ROW_BYTES + 4, 1296, MAPPED_STAGED_STATE_BYTES + 4, 9800,
+                    MAPPED_BLOCK_STATE_BYTES, MAPPED_BLOCK_STATE_BYTES + 4, 93312):
+            for n in edges | {MAPPED_MAX_WORK // ins ** 2, MAPPED_MAX_WORK // ins ** 2 + 1}:
+                for block, staged in ((True, False), (False, True), (False, False)):
+                    assert bool(rule(n, ins, out, block, staged)) == mapped_by_size(n, ins, out, block, staged), \
+                        (n, ins, out, block, staged)
+    for alg, (_, _, copied) in info.items():
+        L = Composer(robot, GenerateOptions()).layers(alg)
+        assert L.mapped_by_size(copied - 1) and not L.mapped_by_size(copied), alg
+
+
+# H100, c2c26cd, float32 (benchmarks/results/2026-12-06_H100_c2c26cd-gradients.json; 2026-12-05_H100_b10591c-anchors
+# for iiwa14 and the end-effector pose; others named), with copies, mapped / copy engine in us:
+# (what, batch, input values a state, output values a state, block layout, staged, mapped faster)
+MEASURED = [
+    ("go2 dID N = 1024, per state: 327 / 135", 1024, 55, 2 * 18 ** 2, False, False, False),
+    ("go2 dFD N = 1024, per state: 919 / 309", 1024, 55, 2 * 18 ** 2, False, False, False),
+    ("iiwa14 dID N = 256, per state: 51 / 35", 256, 21, 2 * 7 ** 2, False, False, False),
+    ("go2 end-effector poses N = 1024, per state: 113 / 32", 1024, 19, 64, False, False, False),
+    ("g1 idsva_so N = 16, block: 1999 / 828", 16, 106, 4 * 35 ** 3, True, False, False),
+    ("go2 idsva_so N = 16, block: 339 / 218", 16, 55, 4 * 18 ** 3, True, False, False),
+    ("go2 idsva_so N = 256, block: 5482 / 808", 256, 55, 4 * 18 ** 3, True, False, False),
+    ("atlas Minv N = 4096, per state (H200 fda5422): 382 / 336", 4096, 30, 30 ** 2, False, True, False),
+    ("g1 Minv N = 1024, per state (H100 b10591c): 215 / 167", 1024, 36, 35 ** 2, False, True, False),
+    ("go2 dID N = 256, block: 64 / 85", 256, 55, 2 * 18 ** 2, True, False, True),
+    ("go2 dFD N = 256, block: 87 / 102", 256, 55, 2 * 18 ** 2, True, False, True),
+    ("g1 dID N = 256, block: 202 / 210", 256, 106, 2 * 35 ** 2, True, False, True),
+    ("g1 dFD N = 256, block: 462 / 489", 256, 106, 2 * 35 ** 2, True, False, True),
+    ("go2 Minv N = 4096, per state staged (H200 b3cf4ce): 129 / 143", 4096, 19, 18 ** 2, False, True, True),
+    ("g1 inverse dynamics N = 256, per state (H100 b10591c): 26 / 35", 256, 106, 35, False, False, True),
+]
+
+
+@pytest.mark.parametrize(("case", "n", "ins", "outs", "block", "staged", "mapped"), MEASURED, ids=[m[0] for m in MEASURED])
+def test_the_transfer_rule_takes_the_faster_way_where_measured(case, n, ins, outs, block, staged, mapped):
+    """The measurements the output bounds were set from: where mapped memory or the copy engine was
+    the faster way for a batch, the rule (float32) picks it."""
+    assert mapped_by_size(n, ins, outs * 4, block, staged) is mapped, case

@@ -51,7 +51,7 @@ def test_numpy_transfer_modes(iiwa, rng, transfer):
     run.set_poison(True)
     per_state = robot.nq + 2 * robot.nv
     try:
-        for n in (1, 64, next(n for n in range(1, 1 << 20) if not mapped_by_default(n, per_state))):
+        for n in (1, 64, next(n for n in range(1, 1 << 20) if not mapped_by_default(n, per_state, 4 * robot.nv))):
             q, qd, qdd = _state(robot, rng, n)
             assert_close(run.inverse_dynamics(q, qd, qdd), Reference(robot).inverse_dynamics(q, qd, qdd), 1e-4,
                          f"{transfer} n={n}")

@@ -180,9 +180,9 @@ def test_host_transfer_modes_equal_the_reference(transfer, rng):
     robot = load("hyq")
     emu = Emulated(robot, ["inverse_dynamics"], np.float64, transfer=transfer)
     emu.set_poison(True)
-    per_state = robot.nq + 2 * robot.nv
-    big = next(n for n in range(1, 1 << 20) if not mapped_by_default(n, per_state))  # auto: the copy engine
-    assert mapped_by_default(big - 1, per_state) and 100 < big < 10000
+    per_state, out_bytes = robot.nq + 2 * robot.nv, robot.nv * 8
+    big = next(n for n in range(1, 1 << 20) if not mapped_by_default(n, per_state, out_bytes))  # auto: copy engine
+    assert mapped_by_default(big - 1, per_state, out_bytes) and 100 < big < 10000
     ref = Reference(robot)
     for n in (3, big):
         q, qd, qdd = random_state(robot, rng, n)
@@ -407,7 +407,7 @@ def test_the_c_abi_refuses_more_state_inputs_than_its_nonfinite_report_has_bits(
                                                                        "workspace_bytes", "stream")]],
                            template=[TemplateParam("typename", "T")])
         return AbiFunction("wide", "grid_abi_wide_f32", "f32", (Port("y", (3,)),), inputs, (), launch,
-                           stage_io="false")
+                           stage_io="false", mapped="false")
 
     with pytest.raises(ValueError, match="at most 32 state inputs, not 33"):
         _function_source(wide(ports), "grid")
