@@ -104,7 +104,7 @@ MAPPED_BLOCK_STATE_BYTES = 32 << 10
 MAPPED_STAGED_STATE_BYTES = 2 << 10
 # - the per-state layout unstaged, each thread storing its own state's row: rows of up to 140 bytes
 #   stored well (inverse dynamics: the input bound decides), from 196 bytes mapped memory lost at
-#   100 KiB a batch and more (iiwa14's plain Minv at N = 1024, 196-byte rows: 62 / 27; its
+#   100 KiB a batch and more (iiwa14's plain Minv at N = 1024, 196-byte rows, H200 d2de5cd: 62 / 27; its
 #   inverse-dynamics gradient at N = 256, 392-byte rows: 51 / 35; go2's at 1024, 2.6 KiB rows:
 #   327 / 135; end-effector poses at 1024, 256-byte rows: 113 / 32 on go2).
 MAPPED_ROW_BYTES = 160
