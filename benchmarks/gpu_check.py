@@ -509,10 +509,13 @@ def phase_tests(state: dict) -> None:
                  if not p.stem.endswith(("_reference", "_reviews"))]
     # (tests/codegen has no gpu tests, and one of its modules draws example-robot-data robots while
     # collecting; tests/runtime has the runtime's gpu tests)
-    # GRID_CHECK_TEST_WORKERS=8: pytest-xdist workers (the libraries are built once, by content hash)
+    # GRID_CHECK_TEST_WORKERS=8: pytest-xdist workers (the libraries are built once, by content hash),
+    # tests handed out one at a time (--dist load): the CI default, --dist loadgroup, keeps a robot's
+    # tests and every library they build on one worker (H100, 2026-12-06: a 480 s run ended with
+    # hyq's tests queued behind that worker's 455 s build of one library)
     workers = os.environ.get("GRID_CHECK_TEST_WORKERS")
     res = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", "tests/runtime", *generated,
-               "-k", "not erd", *(["-n", workers] if workers else []),
+               "-k", "not erd", *(["-n", workers, "--dist", "load"] if workers else []),
                "-p", "no:cacheprovider", "--durations=12"], cwd=ROOT)
     tail = (res.stdout + res.stderr).strip().splitlines()[-30:]
     state["tests"] = {"returncode": res.returncode, "tail": tail}
