@@ -17,7 +17,8 @@ from conftest import load
 from grid_core import Reference, algorithms, buildcache
 from grid_core.composer import Composer, GenerateOptions, generate
 from grid_core.emit.layers import (MAPPED_BLOCK_STATE_BYTES, MAPPED_MAX_WORK, MAPPED_ROW_BYTES,
-                                   MAPPED_SCATTERED_BATCH_BYTES, MAPPED_STAGED_STATE_BYTES, mapped_by_size)
+                                   MAPPED_SCATTERED_BATCH_BYTES, MAPPED_STAGE_MIN_N, MAPPED_STAGED_STATE_BYTES,
+                                   mapped_by_size)
 from grid_core.errors import InputError
 from grid_core.runtime.backend import emulation_command
 from grid_core.testing import assert_close, random_state
@@ -60,6 +61,9 @@ def _wrapper(robot, algorithms: list[str]) -> tuple[str, dict]:
             "}",
             "",
         ]
+        lines += [f'extern "C" int mapped_{alg}(int num_timesteps) {{',  # the wrapper's choice by size, as rendered
+                  f"    return {L.mapped_rule('num_timesteps', 'grid::LAYOUT_AUTO', 'double', ns='grid::')};",
+                  "}", ""]
         info[alg] = (names, [p.shape for p in L.outputs], L.first_copied_batch())
     return "\n".join(lines), info
 
@@ -130,8 +134,10 @@ def test_every_host_wrapper_equals_the_reference_mapped_and_copied(host_layer, r
 
 def test_the_transfer_rule_in_the_header_is_the_rule_in_python(host_layer):
     """``grid_mapped_by_size`` (what the gridData wrappers and the C ABI call) decides as
-    :func:`~grid_core.emit.layers.mapped_by_size` does, on both sides of each of its bounds, and the
-    host layer's first copied batch is where the rule turns."""
+    :func:`~grid_core.emit.layers.mapped_by_size` does, on both sides of each of its bounds; and each
+    host wrapper's call of it, as :meth:`~grid_core.emit.layers.Layers.mapped_rule` renders it (the
+    layout its batch resolves, the staging it would take), decides as ``Layers.mapped_by_size`` does,
+    around the batches where the layout, the staging and the rule turn."""
     robot, lib, info = host_layer
     rule = lib.mapped_by_size
     rule.argtypes, rule.restype = [ctypes.c_size_t] * 3 + [ctypes.c_int] * 2, ctypes.c_int
@@ -147,7 +153,11 @@ def test_the_transfer_rule_in_the_header_is_the_rule_in_python(host_layer):
                         (n, ins, out, block, staged)
     for alg, (_, _, copied) in info.items():
         L = Composer(robot, GenerateOptions()).layers(alg)
-        assert L.mapped_by_size(copied - 1) and not L.mapped_by_size(copied), alg
+        wrapper = getattr(lib, f"mapped_{alg}")
+        wrapper.argtypes, wrapper.restype = [ctypes.c_int], ctypes.c_int
+        turns = {copied, MAPPED_STAGE_MIN_N, L.per_state_min_n() or 1, MAPPED_MAX_WORK // L.host_values_per_state() ** 2}
+        for n in sorted(({m + d for m in turns for d in (-1, 0, 1)} | {1, 16, 256, 1024, 4096}) - {0}):
+            assert bool(wrapper(n)) == L.mapped_by_size(n), (alg, n)
 
 
 # H100, c2c26cd, float32 (benchmarks/results/2026-12-06_H100_c2c26cd-gradients.json; 2026-12-05_H100_b10591c-anchors
