@@ -20,7 +20,7 @@ from grid_core import Algorithm, Port, hookimpl
 from grid_core.algorithm import DEFAULT_GRAVITY, dynamics_inputs
 from grid_core.arena import spill_ladder
 from grid_core.derivatives import same_as
-from grid_core.emit import sweeps
+from grid_core.emit import articulated, sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
@@ -31,7 +31,6 @@ from grid_core.model.joints import body_q, body_v, joint_transform, motion_subsp
 from grid_core.model.spatial import crf, crm, gravity_accel
 from grid_core.review import ParallelismReview, done, todo
 
-from . import _articulated as articulated
 from ._mimic import Constrained, relaxation
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from grid_core import Algorithm, Port, hookimpl
 from grid_core.arena import spill_ladder
 from grid_core.derivatives import Rule
-from grid_core.emit import sweeps
+from grid_core.emit import articulated, sweeps
 from grid_core.emit import nodes as n
 from grid_core.emit import spatial_steps as ss
 from grid_core.emit.emitter import Emitter
@@ -30,7 +30,6 @@ from grid_core.model import Body, Robot
 from grid_core.model.joints import body_q, joint_transform, motion_subspace
 from grid_core.review import ParallelismReview, done
 
-from . import _articulated as articulated
 from ._mimic import Schur, relaxation, schur_fields
 
 

@@ -1,6 +1,7 @@
-"""The articulate step of the ABA-type recursions (a helper of :mod:`~grid_algorithms.aba` and
-:mod:`~grid_algorithms.minv`): what a joint does with the articulated inertia ``IA`` of its body
-once its subtree is complete (Featherstone, RBDA Table 7.1, pass 2).
+"""The articulate step of the articulated-body recursions (ABA, Minv: each algorithm that
+eliminates a joint from its body's articulated inertia emits it from here, so they share one step):
+what a joint does with the articulated inertia ``IA`` of its body once its subtree is complete
+(Featherstone, RBDA Table 7.1, pass 2).
 
 ``U = IA S`` and ``D^-1 = (S^T U)^-1`` (a revolute joint's ``U`` is one column of ``IA``, its ``D``
 one entry and ``D^-1`` one reciprocal; a free-flyer's ``D`` a 6x6 SPD, inverted by Cholesky), then
