@@ -602,9 +602,12 @@ class Side:
     reference: dict = attrs.Factory(dict)
 
 
-def prepare(name: str, dtype, backend: str, max_n: int, seed: int = 0) -> Side:
+def prepare(name: str, dtype, backend: str, max_n: int, seed: int = 0, rows_library: bool = False) -> Side:
     """Load the robot and compile it with MuJoCo (checked), build our handle (``backend``
-    ``gpu``: ``RobotHandle``, else ``CpuHandle``), and draw ``max_n`` states."""
+    ``gpu``: ``RobotHandle``, else ``CpuHandle``), and draw ``max_n`` states.  ``rows_library``:
+    the GPU library holds the algorithms of :data:`QUANTITIES` only (the first of each row's
+    ``ours``; one library whatever rows a run asks for), minutes less of nvcc where the default set
+    is not built."""
     import grid_core
     from grid_core.testing import random_state
 
@@ -620,7 +623,7 @@ def prepare(name: str, dtype, backend: str, max_n: int, seed: int = 0) -> Side:
         from grid_core.runtime import RobotHandle
 
         default = sorted(n for n, a in grid_core.algorithms().items() if a.has_emitter() and a.emitter.in_default_set)
-        handle = RobotHandle(robot, default, dtype)
+        handle = RobotHandle(robot, sorted({q.ours[0] for q in QUANTITIES}) if rows_library else default, dtype)
     else:
         from grid_core.runtime.cpu import CpuHandle
 
@@ -771,6 +774,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--ref-states", type=int, default=256, help="states checked against the float64 Reference")
     ap.add_argument("--json", type=Path, help="write the results here (rewritten after each robot)")
+    ap.add_argument("--rows-library", action="store_true",
+                    help="on the GPU, a library of the peers rows' algorithms only (default: every algorithm of "
+                         "the default set, the library gpu_check's build phase leaves in the cache)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows already in --json (same commit and device) that this run does not measure")
     args = ap.parse_args(argv)
@@ -807,7 +813,7 @@ def main(argv=None) -> int:
     bad = []
     for name in args.robots.split(","):
         try:
-            side = prepare(name, dtype, backend, max(sizes))
+            side = prepare(name, dtype, backend, max(sizes), rows_library=args.rows_library)
         except ModelMismatch as exc:
             print(exc, file=sys.stderr)
             return 1
