@@ -177,6 +177,20 @@ _NUM = ARCH.split("_", 1)[-1]
 NVCC_FLAGS = ["-std=c++17", "-O3", f"-gencode=arch=compute_{_NUM},code=sm_{_NUM}", "-Xlinker", "--strip-all"]
 
 
+@functools.cache
+def nvcc() -> list[str]:
+    """nvcc and NVCC_FLAGS, with the ptxas and flags the libraries are built with
+    (grid_core.runtime.cuda.toolchain: GRID_PTXAS, a known ptxas defect), so the bench binaries
+    run the code the libraries do."""
+    from grid_core.runtime.cuda import find_nvcc, toolchain
+
+    found = find_nvcc()
+    path, flags = toolchain(found)
+    # "nvcc" from PATH, as before, unless GRID_PTXAS makes another: the build keys stay the same
+    # from one machine to another (carried bench binaries)
+    return ["nvcc" if path == found else path, *NVCC_FLAGS, *flags]
+
+
 def log(msg: str) -> None:
     print(f"[gpu_check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -424,7 +438,7 @@ def _bench(d: Path, header: Path, algorithm: str, robot, label: str) -> Path:
     ad = d / f"adapter_{algorithm}.h"
     ad.write_text(adapter(robot, algorithm, header.read_text()))
     exe = d / f"bench_{algorithm}"
-    _nvcc(["nvcc", *NVCC_FLAGS, "-include", header, f'-DBENCH_ADAPTER="{ad}"', src, "-o", exe], exe, [header, ad, src],
+    _nvcc([*nvcc(), "-include", header, f'-DBENCH_ADAPTER="{ad}"', src, "-o", exe], exe, [header, ad, src],
           f"{label} {algorithm}")
     return exe
 
@@ -473,7 +487,7 @@ def phase_build(state: dict) -> None:
     d.mkdir(exist_ok=True)
     (d / "grid.cuh").write_text(generate(grid_core.load_robot("iiwa14"), ["inverse_dynamics"]))
     example = ROOT / "examples" / "cuda" / "fused_control_step" / "fused_control_step.cu"
-    jobs.append(lambda: _nvcc(["nvcc", *NVCC_FLAGS, f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"],
+    jobs.append(lambda: _nvcc([*nvcc(), f'-DGRID_HEADER="{d / "grid.cuh"}"', example, "-o", d / "fused"],
                               d / "fused", [d / "grid.cuh", example], "the fused example"))
     # the RobotHandle libraries the gpu tests load (same content hash there): tests.generated, one
     # library per robot and rung holding every emitted algorithm (GRID_CHECK_TEST_LIBS=1 with the
@@ -494,7 +508,7 @@ def phase_build(state: dict) -> None:
             header.parent.mkdir(exist_ok=True)
             header.write_text(generate(grid_core.load_robot(name), ["inverse_dynamics"]))
         jobs.append(lambda lib=lib, header=header: _nvcc(
-            ["nvcc", *NVCC_FLAGS, "-Xcompiler", "-fPIC", "-shared", "-include", header, raw_src, "-o", lib], lib,
+            [*nvcc(), "-Xcompiler", "-fPIC", "-shared", "-include", header, raw_src, "-o", lib], lib,
             [header, raw_src], str(lib)))
     _in_parallel(tests + jobs)  # the long poles first
     state["build"] = "ok"

@@ -80,18 +80,18 @@ def measure(algorithm: str, robot_name: str, arch: str = ARCH) -> dict:
     from .composer import GenerateOptions, generate, plan_arena
     from .hooks import registry
     from .loader import load_robot
-    from .runtime.cuda import find_nvcc, nvcc_version
+    from .runtime.cuda import find_nvcc, nvcc_version, toolchain
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         robot = load_robot(robot_name)
-    nvcc = find_nvcc()
+    nvcc, flags = toolchain(find_nvcc())  # the ptxas and flags the libraries are built with
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "grid.cuh").write_text(generate(robot, [algorithm]))
         Path(tmp, "abi.cu").write_text(abi_source(robot, [algorithm], "grid.cuh"))
         num = arch.split("_", 1)[-1]
         res = subprocess.run(
-            [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}", "-Xptxas", "-v", "-c",
+            [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}", *flags, "-Xptxas", "-v", "-c",
              "abi.cu", "-o", "abi.o"],
             cwd=tmp, capture_output=True, text=True,
         )
@@ -115,7 +115,7 @@ def measure(algorithm: str, robot_name: str, arch: str = ARCH) -> dict:
         kernels.append(entry)
     kernels.sort(key=lambda e: (e["name"], e.get("T", ""), e.get("tier", ""), e.get("variant", "")))
     return {"robot": robot_name, "digest": robot.digest[:16], "arch": arch, "nvcc": nvcc_version(nvcc),
-            "kernels": kernels}
+            "ptxas_flags": " ".join(flags), "kernels": kernels}
 
 
 def record_path(algorithm_module: str) -> Path:
@@ -131,7 +131,8 @@ def load_record(alg) -> dict:
 def render_record(record: dict) -> str:
     if not record:
         return "resources: not yet measured (python -m grid_core.resources ALGO --write)"
-    lines = [f"resources per tier (nvcc {record.get('nvcc', '?')} -Xptxas -v, {record.get('arch', '?')}; "
+    flags = f" {record['ptxas_flags']}" if record.get("ptxas_flags") else ""
+    lines = [f"resources per tier (nvcc {record.get('nvcc', '?')}{flags} -Xptxas -v, {record.get('arch', '?')}; "
              "regs / spill stores+loads B / stack B / dynamic smem B / workspace per block B):"]
     for rob in record.get("robots", []):
         lines.append(f"  {rob['robot']}:")
@@ -191,7 +192,7 @@ def main(argv=None) -> int:
         print(f"measuring {args.algorithm}[{name}] ...", file=sys.stderr)
         m = measure(args.algorithm, name)
         record["robots"].append(m)
-        record["nvcc"], record["arch"] = m["nvcc"], m["arch"]
+        record["nvcc"], record["arch"], record["ptxas_flags"] = m["nvcc"], m["arch"], m["ptxas_flags"]
     if args.write:
         path = record_path(type(alg).__module__)
         path.write_text(json.dumps(record, indent=1) + "\n")

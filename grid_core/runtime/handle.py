@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import buildcache
 from .backend import AbiBackend, load_abi
-from .cuda import cuda_arch, find_nvcc, nvcc_version, require_device
+from .cuda import ENV_PTXAS, cuda_arch, find_nvcc, nvcc_version, ptxas_beside, ptxas_release, require_device, toolchain
 
 
 ENV_SPLIT = "GRID_NVCC_SPLIT_COMPILE"
@@ -17,11 +17,12 @@ assembled in parallel, which pays for a library of every algorithm on a many-cor
 of the command, so of the cache key."""
 
 
-def nvcc_command(nvcc: str, arch: str) -> list[str]:
-    """Machine code for this GPU only (the library is built where it runs), stripped."""
+def nvcc_command(nvcc: str, arch: str, flags=()) -> list[str]:
+    """Machine code for this GPU only (the library is built where it runs), stripped; ``flags``:
+    the toolchain's (:func:`~grid_core.runtime.cuda.toolchain`)."""
     num = arch.split("_", 1)[-1]
     split = os.environ.get(ENV_SPLIT)
-    return [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}",
+    return [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}", *flags,
             *(["-split-compile", split] if split else []), "-Xcompiler", "-fPIC",
             "-shared", *buildcache.private_symbols(nvcc=True), "-Xlinker", "--strip-all", "-o", "{out}", "abi.cu"]
 
@@ -31,7 +32,7 @@ def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet:
     from ..abi import abi_source
     from ..composer import generate, resolve_algorithms
 
-    nvcc = find_nvcc()
+    nvcc, flags = toolchain(find_nvcc())
     arch = arch or cuda_arch()
     header = generate(robot, algorithms, **generate_options)
     ns = generate_options.get("namespace", "grid")
@@ -40,13 +41,15 @@ def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet:
                                     algorithm_options=generate_options.get("algorithm_options"))}
     names = ",".join(a.name for a in resolve_algorithms(algorithms))
     label = f"gpu-{robot.name.replace('/', '_')}"
-    cmd = nvcc_command(nvcc, arch)
+    cmd = nvcc_command(nvcc, arch, flags)
     extra = {"nvcc": nvcc_version(nvcc), "arch": arch}
+    if os.environ.get(ENV_PTXAS):  # another toolkit's ptxas behind this nvcc: its release keys the library too
+        extra["ptxas"] = ptxas_release(ptxas_beside(nvcc))
     # keyed by nvcc's version, not its path: the same compiler elsewhere (another machine,
     # another install prefix) finds the same library
     path, _ = buildcache.build_reported(f"{names}[{robot.name}]", arch, f"nvcc failed for {arch}", label, sources,
                                         cmd, "libgrid.so", quiet=quiet, extra=extra,
-                                        key_command=nvcc_command("nvcc", arch))
+                                        key_command=nvcc_command("nvcc", arch, flags))
     return path
 
 
