@@ -461,12 +461,16 @@ def grid_data(robot: Robot, fields: list[GridDataField]) -> list:
 class Composer:
     """The layers of every selected algorithm for one robot, built on demand and shared:
     the handle an orchestrator gets for another algorithm's inner (:meth:`layers`) is the
-    same object that emits that algorithm."""
+    same object that emits that algorithm, unless the orchestrator fixes that algorithm's options
+    (:attr:`~grid_core.emit.emitter.Emitter.compose_options`) to others than the header's: then it
+    gets a variant, built once per set of options and emitted after the algorithm's own layers
+    (:meth:`variants`)."""
 
     def __init__(self, robot: Robot, opts: GenerateOptions, reg=None, max_threads: int = 32):
         self.robot, self.opts, self.reg = robot, opts, reg or default_registry()
         self.max_threads = max_threads
         self._layers: dict = {}
+        self._variants: dict[str, list] = {}
         self._stack: list[str] = []
 
     def emitter(self, name: str):
@@ -478,27 +482,55 @@ class Composer:
     def plan(self, name: str) -> ArenaPlan:
         return self.layers(name).plan
 
-    def layers(self, name: str) -> Layers:
-        if name in self._layers:
-            return self._layers[name]
+    def variants(self, name: str) -> list[Layers]:
+        """The variants of algorithm ``name`` built so far (orchestrators fixed other options on it),
+        in the order they were built."""
+        return list(self._variants.get(name, ()))
+
+    def _options(self, name: str, alg, em, fixed: dict, tuning: dict):
+        ports = option_ports(alg, self.robot)  # values of the option ports, not emitter knobs
+        given = {k: v for k, v in self.opts.options_of(name).items() if k not in ports}
+        return em.resolve_options(em.make_options({**given, **fixed}), tuning)
+
+    def layers(self, name: str, fixed: dict | None = None) -> Layers:
+        """The layers of algorithm ``name``: the header's, or (``fixed``: options a caller fixes on
+        it) a variant where those options resolve to others than the header's."""
+        key = (name, tuple(sorted((fixed or {}).items())))
+        if key in self._layers:
+            return self._layers[key]
         if name in self._stack:
             raise CodegenError(f"composition cycle: {' -> '.join(self._stack + [name])}")
+        alg, em = self.emitter(name)
+        tuning = tuning_for(alg, self.robot) if self.opts.tuning else {}
+        options = self._options(name, alg, em, fixed or {}, tuning)
+        variant = None
+        if fixed:
+            if options == self._options(name, alg, em, {}, tuning):
+                self._layers[key] = self.layers(name)
+                return self._layers[key]
+            variant = "_".join([name, *(str(v) for _, v in key[1])])
+            if not variant.isidentifier():
+                raise CodegenError(f"{name}: options {dict(key[1])} fixed by a caller do not make a C++ name")
         self._stack.append(name)
         try:
-            alg, em = self.emitter(name)
-            ports = option_ports(alg, self.robot)  # values of the option ports, not emitter knobs
-            options = em.make_options({k: v for k, v in self.opts.options_of(name).items() if k not in ports})
-            tuning = tuning_for(alg, self.robot) if self.opts.tuning else {}
-            options = em.resolve_options(options, tuning)
+            def callee(c: str) -> Layers:  # the inners it composes, with the options it fixes on them
+                got = self.layers(c, em.compose_options.get(c))
+                if got.fixed_options and name not in got.callers:
+                    got.callers.append(name)
+                return got
+
             composed = Layers.composed_names(em, options, tuning)
             values = generation_values(alg, self.robot, self.opts)
-            regions = Layers.regions(alg, self.robot, options, em, self.layers, composed, values)
+            regions = Layers.regions(alg, self.robot, options, em, callee, composed, values)
             rungs = expand_rungs(alg.name, alg.spill_rungs(self.robot, options), regions,
-                                 {c: self.layers(c).plan for c in composed}, declared=em.composes)
+                                 {c: callee(c).plan for c in composed}, declared=em.composes)
             plan = select_rungs(alg.name, regions, rungs, self.opts.target_shared_mem_bytes)
             ctx = EmitContext(robot=self.robot, algorithm=alg, plan=plan, options=self.opts, tuning=tuning,
                               max_perf_threads=self.max_threads, algorithm_options=options, values=values)
-            layers = self._layers[name] = Layers(ctx, em, self.layers)
+            layers = self._layers[key] = Layers(ctx, em, callee, name=variant)
+            if variant:
+                layers.fixed_options = dict(key[1])
+                self._variants.setdefault(name, []).append(layers)
         finally:
             self._stack.pop()
         return layers
@@ -552,10 +584,16 @@ def generate(robot, algorithms=None, *, registry=None, **options) -> str:
         fields.extend(e.grid_data_fields(robot, values))
         chosen += [values["frames"]] if "frames" in values else []
     composer = Composer(robot, opts, reg, max_threads)
+    built = [composer.layers(alg.name) for alg in selected]  # and the variants their callers fix
     algo_nodes = []
     for alg in selected:
         bar = "-" * max(4, 86 - len(alg.name))
         algo_nodes += [n.Blank(), n.Comment(f"---- {alg.name} {bar}"), n.Blank(), *composer.layers(alg.name).emit()]
+        for v in composer.variants(alg.name):  # after the algorithm: its callees are emitted by then
+            fixed = ", ".join(f"{k} = {x}" for k, x in v.fixed_options.items())
+            algo_nodes += [n.Blank(), n.Comment(f"---- {v.name}: {alg.name} with {fixed}, as {', '.join(v.callers)} "
+                                                f"composes it (its inner and per-state function only)"),
+                           n.Blank(), *v.emit_composed()]
     body = [
         *robot_constants(robot),
         n.Blank(),
@@ -570,7 +608,8 @@ def generate(robot, algorithms=None, *, registry=None, **options) -> str:
         n.Blank(),
         *ximats_helpers(robot),
         n.Blank(),
-        *shared_helpers(emitters, [g for alg in selected for g in composer.layers(alg.name).helper_groups]),
+        *shared_helpers(emitters, [g for x in built for v in (x, *composer.variants(x.alg.name))
+                                   for g in v.helper_groups]),
         *grid_data(robot, fields),
         *algo_nodes,
     ]

@@ -149,6 +149,13 @@ class Emitter:
     composes: tuple[str, ...] = ()
     """Algorithms whose inners this one calls (through :meth:`Layers.compose`); each must be in
     the algorithm's ``depends_on``."""
+    compose_options: dict[str, dict] = {}
+    """Options this algorithm fixes on an inner it composes, ``name -> {option: value}``, whatever
+    the header's own options or the tuning choose for that algorithm: forward dynamics by its Minv
+    method inside an algorithm that needs Minv anyway.  Where they resolve to other options than
+    the header's, the composer builds a variant of that algorithm for this caller (its inner and
+    per-state function under the name ``<algorithm>_<values>``, emitted after the algorithm's
+    own layers); else the caller shares the algorithm's layers."""
     shared_helpers: tuple[str, ...] = ()
     """Groups of device functions of the framework this algorithm's code calls, emitted once per
     header (:data:`grid_core.emit.lie_steps.SHARED_HELPERS`: ``"lie"``, the free-flyer's exponential
@@ -292,6 +299,9 @@ class Emitter:
         missing = [c for c in cls.composes if c not in algorithm_cls.depends_on]
         if missing:
             raise PluginError(f"{where}: emitter composes {missing}, not in the algorithm's depends_on")
+        stray = [c for c in cls.compose_options if c not in cls.composes]
+        if stray:
+            raise PluginError(f"{where}: emitter fixes the options of {stray}, which it does not compose")
         if not (isinstance(cls.Options, type) and issubclass(cls.Options, LayerOptions) and attrs.has(cls.Options)):
             raise PluginError(f"{where}: emitter Options must be an attrs class subclassing LayerOptions")
 

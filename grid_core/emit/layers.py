@@ -177,12 +177,16 @@ def _flag(region: str) -> str:
 class Layers:
     """The layers of one algorithm for one robot (see the module docstring)."""
 
-    def __init__(self, ctx: "EmitContext", emitter, compose=None):
+    def __init__(self, ctx: "EmitContext", emitter, compose=None, name: str | None = None):
         self.ctx = ctx
         self.emitter = emitter
         self.alg = ctx.algorithm
         self.robot = ctx.robot
-        self.name = self.alg.name
+        self.name = name or self.alg.name
+        """The C++ name of its functions: the algorithm's, or a variant's (``name``) where a caller
+        fixed other options on it (:attr:`fixed_options`, :attr:`callers`)."""
+        self.fixed_options: dict = {}
+        self.callers: list[str] = []
         self.pfx = self.name.upper()
         self._compose = compose
         # 'option' ports are fixed at generation time (ctx.values: the frames), never kernel arguments
@@ -603,6 +607,20 @@ class Layers:
         host = self._host_fn()
         if host is not None:
             out += [n.Blank(), host]
+        return out
+
+    def emit_composed(self) -> list:
+        """What a variant emits (:attr:`fixed_options`): its sizing constants, helpers, inner and
+        per-state function, the functions its callers reach; no kernels, launchers or host wrapper
+        (the header's own algorithm of that name has them)."""
+        if not self.fixed_options:
+            raise CodegenError(f"{self.name}: only a variant is emitted for its callers alone")
+        out = [*arena_emit.size_constants(self.plan, self.pfx)]
+        for helper in self.helpers:
+            out += [n.Blank(), helper]
+        out += [n.Blank(), self._inner_fn()]
+        if self.has_state:
+            out += [n.Blank(), self._state_fn()]
         return out
 
     @property

@@ -202,3 +202,134 @@ def test_a_reuse_the_plan_cannot_hold_is_refused(monkeypatch, reuses, message):
     by_minv = {"forward_dynamics": {"method": "minv"}}
     with pytest.raises(CodegenError, match=re.escape(message)):
         generate(load("hyq"), ["forward_dynamics_gradient"], algorithm_options=by_minv)
+
+
+def _fixing_registry(method: str, callers=("toy_fd_a",)):
+    """A registry with toy orchestrators that compose forward dynamics with ``method`` fixed
+    (Emitter.compose_options), whatever the header's forward dynamics runs."""
+    import types
+
+    from grid_core import Algorithm, Port, hookimpl
+    from grid_core.algorithm import dynamics_inputs
+    from grid_core.arena import callee_rung, spill_ladder
+    from grid_core.emit.emitter import Emitter
+    from grid_core.emit.storage import regions
+    from grid_core.review import ParallelismReview, not_applicable
+
+    toy = not_applicable("a test's toy: its callee's review holds")
+
+    def make(name):
+        class ToyEmitter(Emitter):
+            global_inputs = nullable_inputs = ("f_ext",)
+            composes = ("forward_dynamics",)
+            compose_options = {"forward_dynamics": {"method": method}}
+
+            def inner_body(self, layers):
+                return [layers.call_inner(layers.compose("forward_dynamics"), s_qdd="s_qdd", s_q="s_q",
+                                          s_qd="s_qd", s_tau="s_tau", f_ext="f_ext")]
+
+        class Toy(Algorithm):
+            locals()["name"] = name
+            summary = "qdd by forward dynamics, its method fixed by the caller"
+            depends_on = ("forward_dynamics",)
+            emitter = ToyEmitter
+            review = ParallelismReview(P1=toy, P2=toy, P3=toy, P4=toy)
+
+            def inputs(self, robot):
+                return dynamics_inputs(robot, "tau")
+
+            def outputs(self, robot, **options):
+                return (Port("qdd", (robot.nv,), "joint accelerations"),)
+
+            def reference(self, ctx, q, qd, tau, f_ext=None):
+                return ctx.forward_dynamics(q, qd, tau, f_ext)
+
+            def arenas(self, robot, options=None):
+                return regions(())
+
+            def spill_rungs(self, robot, options=None):
+                return spill_ladder(("the callee's first spill", {callee_rung("forward_dynamics", 1)}, "its rung 1"))
+
+        return Toy
+
+    toys = [make(c) for c in callers]
+    plugin = types.SimpleNamespace(grid_register_algorithms=hookimpl(lambda: toys))
+    return build_registry(extra_plugins=[("toy_fixing_under_test", plugin)])
+
+
+@pytest.mark.parametrize("robot", ["hyq", "erd:panda"])
+def test_options_a_caller_fixes_on_an_inner_make_one_variant(robot):
+    """Emitter.compose_options: two callers fix ABA on forward dynamics where the header's runs
+    Minv (hyq's tuning, panda's default): the composer builds one variant, forward_dynamics_aba,
+    which both call by handle; it is emitted once, right after forward dynamics' own layers (its
+    callees are in the header by then), as its sizing constants, inner and per-state function, no
+    kernel or launcher; and it compiles (host C++, the emulation's build)."""
+    import shutil
+    import subprocess
+
+    reg = _fixing_registry("aba", ("toy_fd_a", "toy_fd_b"))
+    r = load(robot)
+    composer = Composer(r, GenerateOptions(), reg)
+    plain = composer.layers("forward_dynamics")
+    assert plain.ctx.algorithm_options.method == "minv"
+    a, b = composer.layers("toy_fd_a"), composer.layers("toy_fd_b")
+    variant = a.compose("forward_dynamics")
+    assert variant is b.compose("forward_dynamics") and variant is not plain
+    assert (variant.name, variant.pfx, variant.fixed_options) == ("forward_dynamics_aba", "FORWARD_DYNAMICS_ABA",
+                                                                 {"method": "aba"})
+    assert variant.ctx.algorithm_options.method == "aba" and variant.callers == ["toy_fd_a", "toy_fd_b"]
+    assert composer.variants("forward_dynamics") == [variant]
+    assert composer.layers("aba") is variant.compose("aba")  # its own callees are the header's
+    inner_fn = next(x for x in a.emit() if isinstance(x, n.Function) and x.signature is a.inner)
+    assert [c.callee for c in inner_fn.body if isinstance(c, Call)] == [variant.inner]
+    text = generate(r, ["toy_fd_a", "toy_fd_b"], registry=reg)
+    assert len(re.findall(r"\n__device__ [^\n]*\bforward_dynamics_aba_inner\(", text)) == 1
+    assert len(re.findall(r"\bforward_dynamics_aba_state\(", text)) == 1
+    assert not re.search(r"forward_dynamics_aba_(kernel|launch|device|per_state)", text)
+    assert "// ---- forward_dynamics_aba: forward_dynamics with method = aba, as toy_fd_a, toy_fd_b composes" in text
+    assert text.index(" forward_dynamics_kernel(") < text.index("---- forward_dynamics_aba") \
+        < text.index("---- toy_fd_a")
+    assert "forward_dynamics_aba_inner<T" in _function(text, "toy_fd_a_inner")
+    cxx = shutil.which("g++") or shutil.which("c++")
+    probe = f"#define GRID_HOST_EMULATION\n{text}\n" \
+            "template cudaError_t grid::toy_fd_a_launch<double>(double *, const double *, const double *, " \
+            "const double *, const double *, const double *, int, grid::LaunchConfig, double *, size_t, " \
+            "cudaStream_t);\n"
+    done = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-x", "c++", "-"], input=probe, text=True,
+                          capture_output=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_options_that_resolve_to_the_headers_share_its_layers():
+    """A caller fixing the method the header's forward dynamics runs anyway gets those layers: no
+    variant, nothing emitted twice."""
+    reg = _fixing_registry("minv")
+    composer = Composer(load("hyq"), GenerateOptions(), reg)
+    assert composer.layers("toy_fd_a").compose("forward_dynamics") is composer.layers("forward_dynamics")
+    assert composer.variants("forward_dynamics") == []
+    text = generate(load("hyq"), ["toy_fd_a"], registry=reg)
+    assert "forward_dynamics_minv" not in text and "forward_dynamics_inner<T" in _function(text, "toy_fd_a_inner")
+
+
+def test_fixing_the_options_of_an_inner_it_does_not_compose_is_refused():
+    from grid_core.emit.emitter import Emitter
+    from grid_core.errors import PluginError
+
+    class Stray(Emitter):
+        composes = ("minv",)
+        compose_options = {"forward_dynamics": {"method": "aba"}}
+
+        def inner_body(self, layers):
+            return []
+
+    class Alg:
+        depends_on = ("minv",)
+
+        def arenas(self):
+            return ()
+
+        def spill_rungs(self):
+            return ()
+
+    with pytest.raises(PluginError, match=r"fixes the options of \['forward_dynamics'\], which it does not compose"):
+        Stray.validate(Alg, "toy")
