@@ -27,9 +27,12 @@ from grid_core.review import ParallelismReview, done, not_applicable, todo
 # that qdd, Minv, then the product -Minv dtau.  The inners are reached by handle through the
 # composer; where two of them compose the same algorithm (forward dynamics and this one both
 # reach minv; forward dynamics and the gradient both reach inverse dynamics) they share its
-# scratch region, so their calls run in turn, a barrier between.  Forward dynamics by its Minv
-# method leaves Minv (Emitter.leaves), read in place (reuses): in its arena in the block layout, a
-# local of the per-state function, which runs forward dynamics' steps inline.
+# scratch region, so their calls run in turn, a barrier between.  Forward dynamics is composed by
+# its Minv method whatever the robot's own forward dynamics uses (compose_options: where that is
+# ABA, the composer builds a variant, forward_dynamics_minv): the product needs Minv anyway, and
+# that method leaves it (Emitter.leaves), read in place (reuses): in its arena in the block
+# layout, a local of the per-state function, which runs forward dynamics' steps inline.  By ABA
+# the gradient would run the articulated-body recursions and then minv's, for the same Minv.
 
 
 def _fields(nv: int) -> tuple:
@@ -61,6 +64,7 @@ class ForwardDynamicsGradientEmitter(Emitter):
     nullable_inputs = ("f_ext",)
     composes = ("forward_dynamics", "minv", "inverse_dynamics_gradient")
     reuses = {"inv_M": ("forward_dynamics", "Minv")}  # by its Minv method: no second minv, either layout
+    compose_options = {"forward_dynamics": {"method": "minv"}}  # where the robot's is ABA: a variant
 
     def block_threads_hint(self, robot: Robot) -> int:
         return robot.nv * robot.nv  # the product's cells, one thread each
@@ -138,10 +142,11 @@ class ForwardDynamicsGradient(Algorithm):
                           "it composes (forward_dynamics, minv, inverse_dynamics_gradient: see their reviews)"),
         P2=done("the two nv x nv products -Minv dtau are 2 nv^2 independent dot products: one output cell "
                 "(both derivatives, one Minv load for two products) per thread in the block layout"),
-        P3=todo("done: forward dynamics by its Minv method leaves Minv (in its arena in the block layout; "
-                "a local of this function in the per-state one, which runs its steps inline) and the product "
-                "reads it there: no second minv, no array of its own (by ABA, which forms none, minv runs "
-                "after the gradient). Left: Minv is symmetric: half of it would do"),
+        P3=todo("done: forward dynamics is composed by its Minv method on every robot (where the robot's "
+                "own forward dynamics runs ABA, a variant of it): Minv (tau - bias) leaves Minv (in its arena in "
+                "the block layout; a local of this function in the per-state one, which runs its steps inline) "
+                "and the product reads it there: no second minv, no array of its own, where ABA would add its "
+                "recursions to minv's for the same Minv. Left: Minv is symmetric: half of it would do"),
         P4=todo("done: dtau's structural zeros are skipped (the gradient's cell table, baked: each column's "
                 "rows as a compressed table the products walk). Left: the products read Minv by rows and "
                 "dtau by columns, strided in shared memory; a column-major dtau would coalesce them"),

@@ -69,26 +69,40 @@ def test_composed_inners_share_one_arena():
     assert "vaf" in names and {r.name for r in composer.layers("minv").scratch_regions} <= set(names)
 
 
-@pytest.mark.parametrize(("name", "method", "reused"), [("hyq", "minv", True), ("hyq", "aba", False),
-                                                         ("iiwa14", "aba", False)])
-def test_minv_left_by_forward_dynamics_is_read_in_place(name, method, reused):
-    """Forward dynamics by its Minv method leaves Minv (Emitter.leaves): in its arena, where the
-    block layout's product reads it, with no second minv call and no inv_M region; as a local of
-    the per-state function, which runs forward dynamics' steps inline.  By ABA, which forms no
-    Minv, the gradient calls minv itself.  The equality tests above run both (hyq's tuning picks
-    Minv, iiwa14's ABA)."""
+@pytest.mark.parametrize(("name", "method"), [("hyq", "minv"), ("hyq", "aba"), ("iiwa14", "auto")])
+def test_forward_dynamics_by_minv_leaves_the_minv_the_product_reads(name, method):
+    """The gradient composes forward dynamics by its Minv method (Emitter.compose_options), which
+    leaves Minv (Emitter.leaves): in its arena, where the block layout's product reads it, with no
+    second minv call and no inv_M region; as a local of the per-state function, which runs forward
+    dynamics' steps inline.  Where the header's forward dynamics runs ABA (told so, or iiwa14's
+    tuning), that is a variant, ``forward_dynamics_minv``, emitted once after forward dynamics'
+    own layers, its inner and per-state function only; where it runs Minv, the gradient shares it.
+    The equality tests above run both (hyq's tuning picks Minv, iiwa14's ABA)."""
     from grid_core.composer import Composer, GenerateOptions, generate
 
     opts = {"algorithm_options": {"forward_dynamics": {"method": method}}}
-    layers = Composer(load(name), GenerateOptions(**opts)).layers("forward_dynamics_gradient")
+    composer = Composer(load(name), GenerateOptions(**opts))
+    layers = composer.layers("forward_dynamics_gradient")
     header = generate(load(name), ["forward_dynamics_gradient"], **opts)
     start = header.index("__device__ void forward_dynamics_gradient_inner(")
     inner = header[start:header.index("\n}\n", start)]
     start = header.index("void forward_dynamics_gradient_state(")
     state = header[start:header.index("\n}\n", start)]
-    assert (layers.reused == {"inv_M": ("forward_dynamics", "Minv")}) is reused
-    assert ("inv_M" in {r.name for r in layers.plan.regions}) is not reused
-    assert inner.count("minv_inner<") == (0 if reused else 1)
-    assert ("s_Minv[r * " in inner) is reused and ("s_inv_M[r * " in inner) is not reused
-    assert state.count("minv_state<") == 1 and ("aba_state<" in state) is not reused
-    assert (" Minv[r * " in state) is reused and (" inv_M[r * " in state) is not reused
+    variant = composer.layers("forward_dynamics").ctx.algorithm_options.method == "aba"
+    assert variant is (method != "minv")
+    fd = layers.compose("forward_dynamics")
+    assert (fd.name, fd.fixed_options) == (("forward_dynamics_minv", {"method": "minv"}) if variant
+                                           else ("forward_dynamics", {}))
+    assert composer.variants("forward_dynamics") == ([fd] if variant else [])
+    assert fd.callers == (["forward_dynamics_gradient"] if variant else [])
+    assert layers.reused == {"inv_M": ("forward_dynamics", "Minv")}
+    assert "inv_M" not in {r.name for r in layers.plan.regions}
+    assert inner.count(" minv_inner<") == 0 and "s_Minv[r * " in inner
+    assert inner.count(f"{fd.name}_inner<") == 1 and "aba_inner<" not in inner
+    assert state.count(" minv_state<") == 1 and "aba_state<" not in state and " Minv[r * " in state
+    # the variant: its inner and per-state function once, after forward dynamics' kernels, no kernel of its own
+    assert header.count("void forward_dynamics_minv_inner(") == int(variant)
+    assert header.count("void forward_dynamics_minv_state(") == int(variant)
+    assert "forward_dynamics_minv_kernel" not in header and "forward_dynamics_minv_launch" not in header
+    if variant:
+        assert header.index(" forward_dynamics_kernel(") < header.index("void forward_dynamics_minv_inner(")
