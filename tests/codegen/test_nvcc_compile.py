@@ -5,8 +5,10 @@ rung forced (both headers in one translation unit, in two namespaces; a robot's 
 in one unit, each heavy derivative in its own).  The calls are made
 from each layer's signature node (grid_core.emit.layers), so a new algorithm needs no edit here.
 
-A unit that compiled keeps its ptxas report in the build cache under the hash of its sources, its
-command and nvcc's version (``nvcc-check/``): the same unit is not compiled twice, so the full
+Each unit is compiled as the runtime builds its GPU libraries (the ptxas and flags of
+grid_core.runtime.cuda.toolchain: ptxas 13.0 at -O1, its defect's guard).  A unit that compiled
+keeps its ptxas report in the build cache under the hash of its sources, its command and the
+versions of nvcc and ptxas (``nvcc-check/``): the same unit is not compiled twice, so the full
 sweep, hours of nvcc on two cores, resumes where it stopped and redoes only the units whose headers
 changed.  CI starts from an empty cache and compiles every unit."""
 
@@ -22,7 +24,7 @@ from conftest import load
 from grid_core import buildcache
 from grid_core.composer import Composer, GenerateOptions, generate
 from grid_core.resources import describe_kernel, parse_ptxas
-from grid_core.runtime.cuda import find_nvcc, nvcc_version
+from grid_core.runtime.cuda import find_nvcc, nvcc_version, ptxas_beside, ptxas_release, toolchain
 from tests.generated import FULL_SWEEP, GRADIENTS, NVCC_ROBOTS, PARAM_VALUES, nvcc_algorithms
 
 DRIVER = """
@@ -74,11 +76,15 @@ def groups() -> list:
 
 
 def ptxas_report(sources: dict[str, str], tmp_path: Path) -> str:
-    """nvcc -O3 for sm_90 of ``tu.cu`` among ``sources`` (written to ``tmp_path``): ptxas's report,
-    from the build cache where this unit compiled before."""
-    nvcc = find_nvcc()
-    flags = ["-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", "-Xptxas", "-v", "-c", "tu.cu", "-o", "tu.o"]
-    key = buildcache.content_key(sources, ["nvcc", *flags], {"nvcc": nvcc_version(nvcc)})
+    """nvcc -O3 for sm_90 of ``tu.cu`` among ``sources`` (written to ``tmp_path``), with the ptxas and
+    its flags every GPU library of the runtime is built with (:func:`~grid_core.runtime.cuda.toolchain`:
+    ``-Xptxas -O1`` for a ptxas release with a known defect, ``GRID_PTXAS``): ptxas's report, from
+    the build cache where this unit compiled before."""
+    nvcc, extra = toolchain(find_nvcc())
+    flags = ["-std=c++17", "-O3", "-gencode=arch=compute_90,code=sm_90", *extra, "-Xptxas", "-v", "-c", "tu.cu",
+             "-o", "tu.o"]
+    key = buildcache.content_key(sources, ["nvcc", *flags],
+                                 {"nvcc": nvcc_version(nvcc), "ptxas": ptxas_release(ptxas_beside(nvcc))})
     cached = buildcache.cache_dir() / "nvcc-check" / f"{key[:24]}.log"
     if cached.exists():
         return cached.read_text()
