@@ -503,14 +503,9 @@ class Composer:
         alg, em = self.emitter(name)
         tuning = tuning_for(alg, self.robot) if self.opts.tuning else {}
         options = self._options(name, alg, em, fixed or {}, tuning)
-        variant = None
-        if fixed:
-            if options == self._options(name, alg, em, {}, tuning):
-                self._layers[key] = self.layers(name)
-                return self._layers[key]
-            variant = "_".join([name, *(str(v) for _, v in key[1])])
-            if not variant.isidentifier():
-                raise CodegenError(f"{name}: options {dict(key[1])} fixed by a caller do not make a C++ name")
+        if fixed and options == self._options(name, alg, em, {}, tuning):
+            self._layers[key] = self.layers(name)
+            return self._layers[key]
         self._stack.append(name)
         try:
             def callee(c: str) -> Layers:  # the inners it composes, with the options it fixes on them
@@ -527,9 +522,8 @@ class Composer:
             plan = select_rungs(alg.name, regions, rungs, self.opts.target_shared_mem_bytes)
             ctx = EmitContext(robot=self.robot, algorithm=alg, plan=plan, options=self.opts, tuning=tuning,
                               max_perf_threads=self.max_threads, algorithm_options=options, values=values)
-            layers = self._layers[key] = Layers(ctx, em, callee, name=variant)
-            if variant:
-                layers.fixed_options = dict(key[1])
+            layers = self._layers[key] = Layers(ctx, em, callee, fixed=dict(key[1]))
+            if fixed:
                 self._variants.setdefault(name, []).append(layers)
         finally:
             self._stack.pop()
@@ -586,9 +580,9 @@ def generate(robot, algorithms=None, *, registry=None, **options) -> str:
     composer = Composer(robot, opts, reg, max_threads)
     built = [composer.layers(alg.name) for alg in selected]  # and the variants their callers fix
     algo_nodes = []
-    for alg in selected:
+    for alg, layers in zip(selected, built):
         bar = "-" * max(4, 86 - len(alg.name))
-        algo_nodes += [n.Blank(), n.Comment(f"---- {alg.name} {bar}"), n.Blank(), *composer.layers(alg.name).emit()]
+        algo_nodes += [n.Blank(), n.Comment(f"---- {alg.name} {bar}"), n.Blank(), *layers.emit()]
         for v in composer.variants(alg.name):  # after the algorithm: its callees are emitted by then
             fixed = ", ".join(f"{k} = {x}" for k, x in v.fixed_options.items())
             algo_nodes += [n.Blank(), n.Comment(f"---- {v.name}: {alg.name} with {fixed}, as {', '.join(v.callers)} "

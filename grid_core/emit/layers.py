@@ -177,16 +177,21 @@ def _flag(region: str) -> str:
 class Layers:
     """The layers of one algorithm for one robot (see the module docstring)."""
 
-    def __init__(self, ctx: "EmitContext", emitter, compose=None, name: str | None = None):
+    def __init__(self, ctx: "EmitContext", emitter, compose=None, fixed: dict | None = None):
         self.ctx = ctx
         self.emitter = emitter
         self.alg = ctx.algorithm
         self.robot = ctx.robot
-        self.name = name or self.alg.name
-        """The C++ name of its functions: the algorithm's, or a variant's (``name``) where a caller
-        fixed other options on it (:attr:`fixed_options`, :attr:`callers`)."""
-        self.fixed_options: dict = {}
+        self.fixed_options: dict = dict(fixed or {})
+        """The options callers fixed on this algorithm (Emitter.compose_options), where they differ
+        from the header's: a variant, named ``<algorithm>_<values>``; else empty."""
+        self.name = "_".join([self.alg.name, *(str(v) for v in self.fixed_options.values())])
+        """The C++ name of its functions: the algorithm's, or the variant's."""
+        if not self.name.isidentifier():
+            raise CodegenError(f"{self.alg.name}: options {self.fixed_options} fixed by a caller do not make a "
+                               "C++ name")
         self.callers: list[str] = []
+        """The algorithms composing this variant (the composer's record, for the header's comment)."""
         self.pfx = self.name.upper()
         self._compose = compose
         # 'option' ports are fixed at generation time (ctx.values: the frames), never kernel arguments
