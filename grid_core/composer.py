@@ -436,7 +436,7 @@ def grid_data(robot: Robot, fields: list[GridDataField]) -> list:
             template="template <typename T>",
         ),
         n.Function(
-            "__host__ void close_grid_streams(cudaStream_t *streams)",
+            "__host__ inline void close_grid_streams(cudaStream_t *streams)",
             [n.For("int i = 0", "i < NUM_STREAMS", "++i", [n.Stmt("cudaStreamDestroy(streams[i])")]),
              n.Stmt("delete[] streams")],
         ),

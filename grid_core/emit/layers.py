@@ -1013,7 +1013,7 @@ class Layers:
     def _launcher_fns(self) -> list:
         name, pfx = self.name, self.pfx
         resolve = n.Function(
-            f"__host__ int {name}_resolve_layout(int num_timesteps, int layout)",
+            f"__host__ inline int {name}_resolve_layout(int num_timesteps, int layout)",
             [n.Stmt("if (layout != LAYOUT_AUTO) return layout"),
              n.Stmt(f"return num_timesteps >= {pfx}_PER_STATE_MIN_N ? LAYOUT_PER_STATE : LAYOUT_BLOCK"
                     if self.has_state else "return LAYOUT_BLOCK")],

@@ -92,3 +92,21 @@ def test_cli_floating_base_flag(tmp_path):
     res = CliRunner().invoke(main, ["build", "iiwa14", "--floating-base", "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "static constexpr int NUM_POS = 14;" in out.read_text()
+
+
+def test_the_header_links_into_several_translation_units(tmp_path):
+    """Every definition outside a template is inline: two units of one program include the
+    header (the GPU library compiles one unit per algorithm) and link.  Host emulation, every
+    algorithm; before, 15 layout resolvers and close_grid_streams were defined twice."""
+    import subprocess
+
+    from grid_core import buildcache
+
+    (tmp_path / "grid.cuh").write_text(generate(load("iiwa14")))
+    for unit, fn in (("a", "NUM_POS"), ("b", "NUM_VEL")):
+        (tmp_path / f"{unit}.cpp").write_text(f'#include "grid.cuh"\nint {unit}_size() {{ return grid::{fn}; }}\n')
+    cmd = [*buildcache.host_compiler(), "-std=c++17", "-O0", "-fPIC", "-shared", "-DGRID_HOST_EMULATION", "a.cpp",
+           "b.cpp", "-o", "ab.so"]
+    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "multiple definition" not in res.stderr
