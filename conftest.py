@@ -168,12 +168,12 @@ def pytest_configure(config):
         os.environ[BUILD_LOG] = config._grid_build_log = path
     compile_ = buildcache._compile
 
-    def recorded(label, sources, command, output, key, final, quiet):
+    def recorded(label, sources, command, output, key, final, quiet, **kw):
         import resource
         import time
 
         before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-        path = compile_(label, sources, command, output, key, final, quiet)
+        path = compile_(label, sources, command, output, key, final, quiet, **kw)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
         test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]

@@ -115,12 +115,42 @@ def support_text() -> str:
 
 def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "grid", dtypes=None, frames=None,
                algorithm_options=None) -> str:
-    """C++ source of the ABI translation unit (``#include``s the header, generated with ``frames``
-    and ``algorithm_options``);
-    its entries in each precision of ``dtypes`` (``None``: both; only these instantiate the
-    header's templates)."""
-    ns = namespace
-    lines = [
+    """C++ source of the ABI as one translation unit (``#include``s the header, generated with
+    ``frames`` and ``algorithm_options``): the library's own entries, then every algorithm's in
+    each precision of ``dtypes`` (``None``: both; only these instantiate the header's templates).
+    The host builds (emulation, the CPU build) compile this; the GPU library compiles
+    :func:`abi_units`."""
+    lines = [*_prologue(header_name), *_library_entries(namespace)]
+    for fn in abi_functions(robot, algorithms, dtypes, frames, algorithm_options, namespace):
+        lines += _function_source(fn, namespace, robot)
+    lines += ['}  // extern "C"', ""]
+    return "\n".join(lines)
+
+
+def abi_units(robot: Robot, algorithms, header_name: str, namespace: str = "grid", dtypes=None, frames=None,
+              algorithm_options=None) -> dict[str, str]:
+    """The ABI as translation units, each ``#include``-ing the header: ``abi.cu`` (the library's
+    own entries) and ``abi_<algorithm>.cu`` per algorithm (its entries alone).  The GPU library is
+    built from these, so that each algorithm's kernels are compiled in a unit of their own, as the
+    benchmark compiles them: nvcc inlines a composed inner into a kernel or calls it depending on
+    how many kernels of the unit use it: in one unit with the algorithms it composes, g1's
+    forward-dynamics-gradient block kernel took 114 registers by ptxas 13.5 (one block of 512
+    threads an SM) where alone it takes 64 (two), and the bench timed the header's kernel at 0.6x
+    the library's."""
+    units = {"abi.cu": "\n".join([*_prologue(header_name), *_library_entries(namespace), '}  // extern "C"', ""])}
+    functions = abi_functions(robot, algorithms, dtypes, frames, algorithm_options, namespace)
+    for alg in dict.fromkeys(fn.algorithm for fn in functions):
+        lines = [*_prologue(header_name), 'extern "C" {', ""]
+        for fn in functions:
+            if fn.algorithm == alg:
+                lines += _function_source(fn, namespace, robot)
+        units[f"abi_{alg}.cu"] = "\n".join([*lines, '}  // extern "C"', ""])
+    return units
+
+
+def _prologue(header_name: str) -> list[str]:
+    """A unit's includes and the ABI's support code."""
+    return [
         "// Generated C ABI over a GRiD header (grid_core.abi); do not edit.",
         "#define GRID_HOST_POOL  // the prelude's thread pool: the host form's staging copies",
         f'#include "{header_name}"',
@@ -141,6 +171,12 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "",
         *support_text().splitlines(),
         "",
+    ]
+
+
+def _library_entries(ns: str) -> list[str]:
+    """The library's own entries (sizes, platform, memory, errors, the pool), opening ``extern "C"``."""
+    return [
         'extern "C" {',
         "",
         "int grid_abi_info(int *out, int n) {",
@@ -190,10 +226,6 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
         "}",
         "",
     ]
-    for fn in abi_functions(robot, algorithms, dtypes, frames, algorithm_options, ns):
-        lines += _function_source(fn, ns, robot)
-    lines += ['}  // extern "C"', ""]
-    return "\n".join(lines)
 
 
 def quaternion_check(fn: AbiFunction, robot: Robot | None, T: str, staged: bool = True) -> list[str]:

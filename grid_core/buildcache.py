@@ -25,6 +25,11 @@ from pathlib import Path
 from .errors import BuildError
 
 ENV_CACHE = "GRID_CACHE_DIR"
+ENV_JOBS = "GRID_BUILD_JOBS"
+"""Compiler processes a build of several units runs at once (default: :func:`build_jobs`)."""
+UNIT_MEMORY_BYTES = 10 << 30
+"""What one unit's compiler may take at its peak: ptxas on a humanoid's gradient unit reaches
+about 10 GB, so a build runs no more units at once than the memory available holds."""
 
 
 def cache_dir() -> Path:
@@ -55,15 +60,19 @@ def build(
     command: list[str],
     output: str,
     *,
+    units: list[list[str]] = (),
     extra: dict | None = None,
     key_command: list[str] | None = None,
+    key_units: list[list[str]] | None = None,
     quiet: bool = True,
 ) -> tuple[Path, bool]:
     """Build ``output`` from ``sources`` with ``command`` (run in the build directory;
-    ``{out}`` in it is replaced by the output file name).  ``key_command`` stands for the
-    command in the key where it names the compiler by path and ``extra`` already identifies
-    it.  Returns ``(path, cached)``."""
-    key = content_key(sources, key_command or command, extra)
+    ``{out}`` in it is replaced by the output file name), after ``units``: commands run first, at
+    most :func:`build_jobs` at once (each compiles one source into an object ``command`` links).
+    ``key_command`` (``key_units``) stand for the commands in the key where they name the
+    compiler by path and ``extra`` already identifies it.  Returns ``(path, cached)``."""
+    kc = key_command or command
+    key = content_key(sources, [*(key_units or units), kc] if units else kc, extra)
     suffix = Path(output).suffix
     final = cache_dir() / f"{label}-{key[:20]}{suffix}"
     if final.exists():
@@ -71,7 +80,25 @@ def build(
     with _exclusive(f"{label}-{key[:20]}"):
         if final.exists():  # built by the process that held the lock
             return final, True
-        return _compile(label, sources, command, output, key, final, quiet), False
+        return _compile(label, sources, command, output, key, final, quiet, units=list(units)), False
+
+
+def build_jobs(units: int) -> int:
+    """Compiler processes for ``units`` units at once: ``GRID_BUILD_JOBS``, else one a core, no
+    more than the memory available holds at :data:`UNIT_MEMORY_BYTES` each, at least one."""
+    forced = os.environ.get(ENV_JOBS)
+    if forced:
+        if not forced.strip().isdigit() or int(forced) < 1:
+            raise BuildError(f"{ENV_JOBS}={forced}: a number of compiler processes, 1 or more")
+        return min(units, int(forced))
+    jobs = os.cpu_count() or 1
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        jobs = min(jobs, available // UNIT_MEMORY_BYTES)
+    except (OSError, StopIteration, ValueError):  # not Linux: cores alone
+        pass
+    return max(1, min(units, jobs))
 
 
 @contextlib.contextmanager
@@ -95,23 +122,37 @@ def _exclusive(name: str):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _run(label: str, cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    except FileNotFoundError as exc:
+        raise BuildError(f"{label}: compiler not found: {cmd[0]} ({exc.strerror})") from None
+
+
+def _failed(label: str, cmd: list[str], proc: subprocess.CompletedProcess) -> BuildError:
+    log = (proc.stdout + proc.stderr).strip()
+    return BuildError(f"{label}: build failed (exit {proc.returncode}): {' '.join(cmd)}\n{log[-20000:]}")
+
+
 def _compile(label: str, sources: dict[str, str], command: list[str], output: str, key: str, final: Path,
-             quiet: bool) -> Path:
+             quiet: bool, units: list[list[str]] = ()) -> Path:
+    from concurrent.futures import ThreadPoolExecutor
+
     t0 = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f".{label}-", dir=cache_dir()))
     try:
         for name, text in sources.items():
             (tmp / name).write_text(text)
+        if units:
+            with ThreadPoolExecutor(build_jobs(len(units))) as pool:
+                done = list(pool.map(lambda cmd: (cmd, _run(label, cmd, tmp)), units))
+            for cmd, proc in done:
+                if proc.returncode != 0:
+                    raise _failed(label, cmd, proc)
         cmd = [c.replace("{out}", output) for c in command]
-        try:
-            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True)
-        except FileNotFoundError as exc:
-            raise BuildError(f"{label}: compiler not found: {cmd[0]} ({exc.strerror})") from None
+        proc = _run(label, cmd, tmp)
         if proc.returncode != 0 or not (tmp / output).exists():
-            log = (proc.stdout + proc.stderr).strip()
-            raise BuildError(
-                f"{label}: build failed (exit {proc.returncode}): {' '.join(cmd)}\n{log[-20000:]}"
-            )
+            raise _failed(label, cmd, proc)
         os.replace(tmp / output, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

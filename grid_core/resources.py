@@ -76,7 +76,7 @@ def describe_kernel(demangled: str) -> dict:
 
 
 def measure(algorithm: str, robot_name: str, arch: str = ARCH) -> dict:
-    from .abi import abi_source
+    from .abi import abi_units
     from .composer import GenerateOptions, generate, plan_arena
     from .hooks import registry
     from .loader import load_robot
@@ -88,7 +88,8 @@ def measure(algorithm: str, robot_name: str, arch: str = ARCH) -> dict:
     nvcc, flags = toolchain(find_nvcc())  # the ptxas and flags the libraries are built with
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "grid.cuh").write_text(generate(robot, [algorithm]))
-        Path(tmp, "abi.cu").write_text(abi_source(robot, [algorithm], "grid.cuh"))
+        # the algorithm's own unit, as the GPU library compiles it (its kernels alone)
+        Path(tmp, "abi.cu").write_text(abi_units(robot, [algorithm], "grid.cuh")[f"abi_{algorithm}.cu"])
         num = arch.split("_", 1)[-1]
         res = subprocess.run(
             [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}", *flags, "-Xptxas", "-v", "-c",

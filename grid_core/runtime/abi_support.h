@@ -1,7 +1,11 @@
 // Support code of the generated C ABI (grid_core.abi): workspace and staging buffers, the
 // host form's staging copies.  Inlined into every ABI translation unit after the header; it needs
 // the header's prelude (the CUDA runtime, or its host emulation) and nothing robot-specific.
-namespace {
+
+// Shared by every translation unit of a library (the GPU library compiles each algorithm's
+// entries in a unit of its own): C++17 inline variables and an inline function's statics have one
+// definition in the library (-Bsymbolic keeps them its own beside another library's).
+namespace grid_abi_shared {
 // Global workspace for spilled tiers, one per stream (concurrent launches never share one).
 template <typename T> struct Workspace {
     T *ptr = nullptr;
@@ -15,14 +19,17 @@ template <typename T> struct Workspace {
         return err;
     }
 };
-std::mutex workspace_lock;
+inline std::mutex workspace_lock;
 // Fill outputs with NaN (all bits set) before each host-path launch: tests see unwritten elements.
-int poison_outputs = 0;
+inline int poison_outputs = 0;
 template <typename T> Workspace<T> &workspace(void *stream) {
     static std::map<void *, Workspace<T>> per_stream;
     return per_stream[stream];
 }
+}  // namespace grid_abi_shared
+using namespace grid_abi_shared;
 
+namespace {
 #ifdef GRID_HOST_EMULATION
 // The pinned/mapped-memory subset the host form uses, on host memory.
 enum : unsigned { cudaStreamNonBlocking = 1, cudaHostAllocMapped = 2, cudaHostAllocWriteCombined = 4 };

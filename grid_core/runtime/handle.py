@@ -12,44 +12,53 @@ from .cuda import ENV_PTXAS, cuda_arch, find_nvcc, nvcc_version, ptxas_beside, p
 
 
 ENV_SPLIT = "GRID_NVCC_SPLIT_COMPILE"
-"""nvcc's ``-split-compile`` threads for a library (0: one per CPU): its kernels optimised and
-assembled in parallel, which pays for a library of every algorithm on a many-core machine.  Part
-of the command, so of the cache key."""
+"""nvcc's ``-split-compile`` threads for each unit of a library (0: one per CPU): its kernels
+optimised and assembled in parallel.  Part of the commands, so of the cache key."""
 
 
-def nvcc_command(nvcc: str, arch: str, flags=()) -> list[str]:
-    """Machine code for this GPU only (the library is built where it runs), stripped; ``flags``:
-    the toolchain's (:func:`~grid_core.runtime.cuda.toolchain`)."""
+def nvcc_command(nvcc: str, arch: str, flags=(), unit: str = "abi.cu") -> list[str]:
+    """One unit of a library compiled to machine code for this GPU only (the library is built
+    where it runs): ``unit`` into ``<unit>.o``; ``flags``: the toolchain's
+    (:func:`~grid_core.runtime.cuda.toolchain`)."""
     num = arch.split("_", 1)[-1]
     split = os.environ.get(ENV_SPLIT)
     return [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}", *flags,
             *(["-split-compile", split] if split else []), "-Xcompiler", "-fPIC",
-            "-shared", *buildcache.private_symbols(nvcc=True), "-Xlinker", "--strip-all", "-o", "{out}", "abi.cu"]
+            *buildcache.private_symbols(nvcc=True), "-c", unit, "-o", f"{unit}.o"]
+
+
+def nvcc_link_command(nvcc: str, units) -> list[str]:
+    """The units' objects linked into the library (``{out}``), stripped."""
+    return [nvcc, "-shared", *buildcache.private_symbols(nvcc=True), "-Xlinker", "--strip-all", "-o", "{out}",
+            *(f"{u}.o" for u in units)]
 
 
 def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet: bool = False, **generate_options):
-    """Compile header + C ABI for ``arch`` (default: this machine's GPU); cached by content."""
-    from ..abi import abi_source
+    """Compile header + C ABI for ``arch`` (default: this machine's GPU); cached by content.  Each
+    algorithm's entries are a unit of their own (:func:`grid_core.abi.abi_units`), compiled
+    side by side (``GRID_BUILD_JOBS``), then linked."""
+    from ..abi import abi_units
     from ..composer import generate, resolve_algorithms
 
     nvcc, flags = toolchain(find_nvcc())
     arch = arch or cuda_arch()
     header = generate(robot, algorithms, **generate_options)
     ns = generate_options.get("namespace", "grid")
-    sources = {"grid.cuh": header,
-               "abi.cu": abi_source(robot, algorithms, "grid.cuh", ns, frames=generate_options.get("frames"),
-                                    algorithm_options=generate_options.get("algorithm_options"))}
+    units = abi_units(robot, algorithms, "grid.cuh", ns, frames=generate_options.get("frames"),
+                      algorithm_options=generate_options.get("algorithm_options"))
+    sources = {"grid.cuh": header, **units}
     names = ",".join(a.name for a in resolve_algorithms(algorithms))
     label = f"gpu-{robot.name.replace('/', '_')}"
-    cmd = nvcc_command(nvcc, arch, flags)
     extra = {"nvcc": nvcc_version(nvcc), "arch": arch}
     if os.environ.get(ENV_PTXAS):  # another toolkit's ptxas behind this nvcc: its release keys the library too
         extra["ptxas"] = ptxas_release(ptxas_beside(nvcc))
     # keyed by nvcc's version, not its path: the same compiler elsewhere (another machine,
     # another install prefix) finds the same library
     path, _ = buildcache.build_reported(f"{names}[{robot.name}]", arch, f"nvcc failed for {arch}", label, sources,
-                                        cmd, "libgrid.so", quiet=quiet, extra=extra,
-                                        key_command=nvcc_command("nvcc", arch, flags))
+                                        nvcc_link_command(nvcc, units), "libgrid.so", quiet=quiet, extra=extra,
+                                        units=[nvcc_command(nvcc, arch, flags, u) for u in units],
+                                        key_command=nvcc_link_command("nvcc", units),
+                                        key_units=[nvcc_command("nvcc", arch, flags, u) for u in units])
     return path
 
 
