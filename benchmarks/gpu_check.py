@@ -224,9 +224,18 @@ OCC_ROBOTS = [r for r in os.environ.get("GRID_CHECK_OCC_ROBOTS", "atlas,g1").spl
 OCCUPANCIES = tuple(int(x) for x in os.environ.get("GRID_CHECK_OCCUPANCIES", "2,4").split(","))
 
 
+BLOCK_OCCUPANCIES = tuple(int(x) for x in os.environ.get("GRID_CHECK_BLOCK_OCCUPANCIES", "2").split(",") if x)
+"""Blocks an SM asked of the block kernels at TIER_SHARED (block_min_blocks), every algorithm,
+OCC_ROBOTS, for the block layout's occupancy A/B (g1's forward-dynamics gradient: 114 or 92
+registers and one block of 512 threads an SM, or 64 and two)."""
+BLOCK_OCC_SIZES = (256, 1024, 4096)
+
+
 def _occ_variants() -> list:
-    return [(f"{r}-occ{occ}", r, {"algorithm_options": {a: {"per_state_min_blocks": occ} for a in ALGORITHMS}})
-            for r in OCC_ROBOTS for occ in OCCUPANCIES]
+    per_state = [(f"{r}-occ{occ}", r, {"algorithm_options": {a: {"per_state_min_blocks": occ} for a in ALGORITHMS}})
+                 for r in OCC_ROBOTS for occ in OCCUPANCIES]
+    return per_state + [(f"{r}-bocc{occ}", r, {"algorithm_options": {a: {"block_min_blocks": occ} for a in ALGORITHMS}})
+                        for r in OCC_ROBOTS for occ in BLOCK_OCCUPANCIES]
 
 
 def _stage_algorithms() -> list:
@@ -621,6 +630,11 @@ def phase_time(state: dict, repeats: int) -> None:
                 for alg in ALGORITHMS:
                     rows += [x for x in _time(f"{r}-occ{occ}", alg, repeats, (4096, 16384, 262144, 1048576))
                              if x["layout"] == "per_state"]
+        # block occupancy A/B (the TIER_SHARED block kernels' launch bounds), the block layout's sizes
+        for occ in BLOCK_OCCUPANCIES:
+            if f"{r}-bocc{occ}" in built:
+                for alg in ALGORITHMS:
+                    rows += [x for x in _time(f"{r}-bocc{occ}", alg, repeats, BLOCK_OCC_SIZES) if x["layout"] == "block"]
     # the A/Bs of AB_MODES: each form's per-state kernels at every size
     for r in ROBOTS:
         for ab in AB_MODES.values():
@@ -1042,6 +1056,7 @@ def phase_tune(state: dict) -> None:
             header = BUILD / r / "grid.cuh"
             entry = tuning.tune_entry(
                 alg, grid_core.load_robot(r), rows, on_file.get(r, {}), modes=AB_MODES, occupancies=OCCUPANCIES,
+                block_occupancies=BLOCK_OCCUPANCIES,
                 staged=alg in _stage_algorithms(), gpu=state.get("gpu", ""),
                 has_ring=header.exists() and f"{alg.upper()}_RING_SLOTS" in header.read_text())
             if entry is not None:

@@ -117,8 +117,32 @@ def pick_form(entry: dict, rows: list, robot: str, on_file: dict, mode: str, ab:
     entry[f"{mode}_ab_sizes"] = common
 
 
+def pick_block_occupancy(entry: dict, rows: list, robot: str, on_file: dict, occupancies: Iterable[int]) -> None:
+    """The blocks an SM asked of the block kernel at TIER_SHARED (``block_min_blocks``): the one of
+    smallest geometric mean over the sizes where the default (``rows`` of ``robot``, 1) and each of
+    ``occupancies`` (``<robot>-bocc<k>``) were timed in the block layout; 1 unless another is
+    faster beyond the noise.  The choice and the means go into ``entry``; without this run's A/B,
+    the entry on file's."""
+    t = {1: {x["n"]: x[METRIC] for x in rows if x["robot"] == robot and x["layout"] == "block"}}
+    for occ in occupancies:
+        t[occ] = {x["n"]: x[METRIC] for x in rows if x["robot"] == f"{robot}-bocc{occ}" and x["layout"] == "block"}
+    t = {o: v for o, v in t.items() if v}
+    common = sorted(set.intersection(*(set(v) for v in t.values()))) if len(t) > 1 else []
+    if not common:
+        entry.update({k: on_file[k] for k in ("block_min_blocks", "block_occupancy_ab_geomean_us") if k in on_file})
+        return
+    gm = {o: geomean(t[o][n] for n in common) for o in t}
+    best = min(gm, key=gm.get)
+    if gm[best] > NOISE * gm[1]:
+        best = 1
+    entry["block_min_blocks"] = best
+    entry["block_occupancy_ab_geomean_us"] = {str(o): round(v, 3) for o, v in gm.items()}
+    entry["block_occupancy_ab_sizes"] = common
+
+
 def tune_entry(alg: str, robot, rows: list, on_file: dict, *, modes: dict, occupancies: Iterable[int] = (),
-               staged: bool = False, has_ring: bool = False, gpu: str = "") -> dict | None:
+               block_occupancies: Iterable[int] = (), staged: bool = False, has_ring: bool = False,
+               gpu: str = "") -> dict | None:
     """The tuning entry of ``robot`` (a Robot) for algorithm ``alg`` from a run's ``rows`` (every
     algorithm's: forward dynamics reads aba's), or None where the run timed neither layout.
     ``on_file``: the robot's entry on file (kept where this run measured no alternative);
@@ -164,6 +188,7 @@ def tune_entry(alg: str, robot, rows: list, on_file: dict, *, modes: dict, occup
     else:
         entry.update(p1=p1, ab_block_n256_us={"levels": levels_256, "bodies": bodies_256},
                      ab_block_n1024_us={"levels": k.get((1024, "block")), "bodies": kb.get(1024)}, gpu=gpu)
+    pick_block_occupancy(entry, mine, r, on_file, block_occupancies)
     if alg == "forward_dynamics":
         pick_method(entry, rows, r)
     if staged:

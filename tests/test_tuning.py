@@ -84,3 +84,25 @@ def test_entry_of_a_robot_and_the_merge_into_the_file(tmp_path):
     written = tuning.write_tuning(path, {"iiwa14": entry})
     assert json.loads(path.read_text()) == written
     assert written["robots"] == {"g1": {"p1": "levels"}, "iiwa14": entry}
+
+
+def test_block_occupancy_is_picked_by_geometric_mean_beyond_the_noise():
+    """g1's forward-dynamics gradient: two blocks an SM (64 registers) against one (92 or 114)."""
+    rows = [row("g1", n, "block", t) for n, t in ((256, 197.0), (1024, 1300.0), (4096, 5200.0))]
+    rows += [row("g1-bocc2", n, "block", t) for n, t in ((256, 150.0), (1024, 760.0), (4096, 2850.0))]
+    rows += [row("g1-bocc2", 16384, "per_state", 1.0)]  # another layout: not the block kernel's A/B
+    entry = {}
+    tuning.pick_block_occupancy(entry, rows, "g1", {}, (2,))
+    assert entry["block_min_blocks"] == 2 and entry["block_occupancy_ab_sizes"] == [256, 1024, 4096]
+    assert entry["block_occupancy_ab_geomean_us"] == {"1": round((197.0 * 1300.0 * 5200.0) ** (1 / 3), 3),
+                                                      "2": round((150.0 * 760.0 * 2850.0) ** (1 / 3), 3)}
+    # 2% faster: within the noise, the default stays
+    close = [row("g1", 1024, "block", 100.0), row("g1-bocc2", 1024, "block", 98.0)]
+    entry = {}
+    tuning.pick_block_occupancy(entry, close, "g1", {}, (2,))
+    assert entry["block_min_blocks"] == 1
+    # no A/B in this run: the choice on file stays, with its figures
+    on_file = {"block_min_blocks": 2, "block_occupancy_ab_geomean_us": {"1": 9.0, "2": 5.0}, "p1": "levels"}
+    entry = {}
+    tuning.pick_block_occupancy(entry, rows[:3], "g1", on_file, (2,))
+    assert entry == {"block_min_blocks": 2, "block_occupancy_ab_geomean_us": {"1": 9.0, "2": 5.0}}

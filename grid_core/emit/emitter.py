@@ -53,6 +53,12 @@ class LayerOptions:
     """Minimum resident blocks per SM asked of the per-state kernel (its launch bounds): trades
     registers for occupancy.  0: the measured choice for the robot, else 1."""
 
+    block_min_blocks: int = 0
+    """Minimum resident blocks per SM asked of the block-layout kernel at ``TIER_SHARED`` (its
+    launch bounds): registers for occupancy, where shared memory leaves room for more than one
+    block and ptxas would otherwise take more registers than that allows.  0: the measured choice
+    for the robot, else 1 (no bound)."""
+
     per_state_stage_min_n: int = 0
     """Batches from which the per-state layout of an algorithm that stages by default goes
     through shared memory (below, the plain kernel: its loads and stores overlap the compute,
@@ -220,6 +226,9 @@ class Emitter:
 
     def min_blocks(self, ctx: EmitContext) -> int:
         return int(ctx.knob("per_state_min_blocks", 0, 1)[0])
+
+    def block_min_blocks(self, ctx: EmitContext) -> int:
+        return int(ctx.knob("block_min_blocks", 0, 1)[0])
 
     def inner_body(self, layers) -> list:
         """The statements of ``X_inner`` after its placement: the block-cooperative math of

@@ -356,7 +356,11 @@ class Layers:
             [*k_out, *k_in, Param("const robotModel<T> *", "d_robotModel"), *self._param_params(),
              Param("const int", "num_timesteps"), Param("T *", "d_workspace")],
             "__global__", template=[T, TemplateParam("int", "RESOURCE_TIER", "TIER_SHARED")],
-            attributes="__launch_bounds__(tier_max_threads<RESOURCE_TIER>())")
+            # an occupancy bound only where one was asked or measured better (as the staged kernel's)
+            attributes=(f"__launch_bounds__(tier_max_threads<RESOURCE_TIER>(), "
+                        f"RESOURCE_TIER == TIER_SHARED ? {self.pfx}_BLOCK_MIN_BLOCKS : 1)"
+                        if self.emitter.block_min_blocks(self.ctx) > 1 else
+                        "__launch_bounds__(tier_max_threads<RESOURCE_TIER>())"))
         use = [TemplateParam("bool", f"USE_{x.upper()}") for x in self.nullable]
         self.use_defaults = [TemplateParam("bool", f"USE_{x.upper()}",
                                            "false" if self._port(x).optional else "true") for x in self.nullable]
@@ -559,6 +563,11 @@ class Layers:
                           "region, a warp multiple (a hint: any block size is correct; MAX_PERF_LEVEL_THREADS,\n"
                           "the header's widest, bounds TIER_SHARED)."),
                 n.Stmt(f"static constexpr int {self.pfx}_BLOCK_THREADS = {threads}")]
+        if em.block_min_blocks(self.ctx) > 1:
+            source = self.ctx.knob("block_min_blocks", 0, 1)[1]
+            out += [n.Comment(f"Blocks per SM the TIER_SHARED block kernel's registers must allow ({source}): "
+                              "occupancy for registers."),
+                    n.Stmt(f"static constexpr int {self.pfx}_BLOCK_MIN_BLOCKS = {em.block_min_blocks(self.ctx)}")]
         if self.has_state:
             min_n = self.per_state_min_n()
             source = "measured on the GPU" if "per_state_min_n" in self.ctx.tuning else "default, not yet measured"

@@ -110,3 +110,28 @@ def test_the_header_links_into_several_translation_units(tmp_path):
     res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "multiple definition" not in res.stderr
+
+
+def test_block_min_blocks_bounds_the_shared_tier_block_kernel_only():
+    """The option asks ptxas for that many resident blocks of TIER_SHARED's block kernel (its
+    registers capped to fit them); at 1, no bound and no constant: the header as before.  Unset,
+    the tuning file's measured choice (g1's forward-dynamics gradient: 2)."""
+    robot = load("g1")
+    plain = generate(robot, ["forward_dynamics_gradient"],
+                     algorithm_options={"forward_dynamics_gradient": {"block_min_blocks": 1}})
+    bound = generate(robot, ["forward_dynamics_gradient"],
+                     algorithm_options={"forward_dynamics_gradient": {"block_min_blocks": 2}})
+    assert "BLOCK_MIN_BLOCKS" not in plain
+    assert "static constexpr int FORWARD_DYNAMICS_GRADIENT_BLOCK_MIN_BLOCKS = 2;" in bound
+    assert "registers must allow (option)" in bound
+    measured = generate(robot, ["forward_dynamics_gradient"])
+    assert "registers must allow (measured)" in measured and measured.replace("(measured)", "(option)") == bound
+    assert "BLOCK_MIN_BLOCKS" not in generate(load("atlas"), ["forward_dynamics_gradient"])  # none measured
+    kernel = re.compile(r"^__global__ void (__launch_bounds__\(.*?\)) (\w+)\(", re.M)
+    heads = {name: bounds for bounds, name in kernel.findall(bound)}
+    assert heads["forward_dynamics_gradient_kernel"] == (
+        "__launch_bounds__(tier_max_threads<RESOURCE_TIER>(), RESOURCE_TIER == TIER_SHARED ? "
+        "FORWARD_DYNAMICS_GRADIENT_BLOCK_MIN_BLOCKS : 1)")
+    # the other algorithms' kernels in the header, and the per-state kernel, as without it
+    assert {k: b for k, b in heads.items() if k != "forward_dynamics_gradient_kernel"} == \
+        {name: bounds for bounds, name in kernel.findall(plain) if name != "forward_dynamics_gradient_kernel"}
