@@ -95,6 +95,20 @@ def pick_min_n(entry: dict, rows: list, robot: str, on_file: dict, mode: str, ab
     entry[figures] = {str(n): {fast: t[fast][n], slow: t[slow][n]} for n in common}
 
 
+def _fastest(times: dict, default, least_n: int = 0) -> tuple:
+    """Of ``times`` (form -> {batch size: us}), over the sizes from ``least_n`` where every form was
+    timed: the form of smallest geometric mean, ``default`` unless another is faster beyond the
+    noise; with the means by form and those sizes.  ``(None, {}, [])`` where no size is common."""
+    common = [n for n in sorted(set.intersection(*(set(v) for v in times.values()))) if n >= least_n]
+    if not common:
+        return None, {}, []
+    gm = {form: geomean(t[n] for n in common) for form, t in times.items()}
+    best = min(gm, key=gm.get)
+    if gm[best] > NOISE * gm[default]:
+        best = default
+    return best, gm, common
+
+
 def pick_form(entry: dict, rows: list, robot: str, on_file: dict, mode: str, ab: Forms, default: str,
               least_n: int = 0) -> None:
     """The form of A/B ``mode`` whose per-state times (``rows``: the algorithm's) have the
@@ -103,15 +117,11 @@ def pick_form(entry: dict, rows: list, robot: str, on_file: dict, mode: str, ab:
     into ``entry``."""
     t = {form: {x["n"]: x[METRIC] for x in rows if x["robot"] == f"{robot}-{form}" and x["layout"] == "per_state"}
          for form in ab.forms}
-    common = [n for n in sorted(set.intersection(*(set(v) for v in t.values()))) if n >= least_n]
+    best, gm, common = _fastest(t, default, least_n)
     figures = f"{mode}_ab_geomean_us"
     if not common:
         entry.update({k: on_file[k] for k in (ab.option, figures) if k in on_file})
         return
-    gm = {form: geomean(t[form][n] for n in common) for form in ab.forms}
-    best = min(gm, key=gm.get)
-    if gm[best] > NOISE * gm[default]:
-        best = default
     entry[ab.option] = ab.forms[best]
     entry[figures] = {form: round(v, 3) for form, v in gm.items()}
     entry[f"{mode}_ab_sizes"] = common
@@ -127,14 +137,10 @@ def pick_block_occupancy(entry: dict, rows: list, robot: str, on_file: dict, occ
     for occ in occupancies:
         t[occ] = {x["n"]: x[METRIC] for x in rows if x["robot"] == f"{robot}-bocc{occ}" and x["layout"] == "block"}
     t = {o: v for o, v in t.items() if v}
-    common = sorted(set.intersection(*(set(v) for v in t.values()))) if len(t) > 1 else []
+    best, gm, common = _fastest(t, 1) if 1 in t and len(t) > 1 else (None, {}, [])
     if not common:
         entry.update({k: on_file[k] for k in ("block_min_blocks", "block_occupancy_ab_geomean_us") if k in on_file})
         return
-    gm = {o: geomean(t[o][n] for n in common) for o in t}
-    best = min(gm, key=gm.get)
-    if gm[best] > NOISE * gm[1]:
-        best = 1
     entry["block_min_blocks"] = best
     entry["block_occupancy_ab_geomean_us"] = {str(o): round(v, 3) for o, v in gm.items()}
     entry["block_occupancy_ab_sizes"] = common

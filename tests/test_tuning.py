@@ -106,3 +106,8 @@ def test_block_occupancy_is_picked_by_geometric_mean_beyond_the_noise():
     entry = {}
     tuning.pick_block_occupancy(entry, rows[:3], "g1", on_file, (2,))
     assert entry == {"block_min_blocks": 2, "block_occupancy_ab_geomean_us": {"1": 9.0, "2": 5.0}}
+    # bounded builds timed but not the default: no A/B either
+    entry = {}
+    bounded = rows[3:] + [row("g1-bocc4", n, "block", 900.0) for n in (256, 1024, 4096)]
+    tuning.pick_block_occupancy(entry, bounded, "g1", on_file, (2, 4))
+    assert entry == {"block_min_blocks": 2, "block_occupancy_ab_geomean_us": {"1": 9.0, "2": 5.0}}
