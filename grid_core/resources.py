@@ -81,6 +81,7 @@ def measure(algorithm: str, robot_name: str, arch: str = ARCH) -> dict:
     from .hooks import registry
     from .loader import load_robot
     from .runtime.cuda import find_nvcc, nvcc_version, toolchain
+    from .runtime.handle import nvcc_command
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -90,12 +91,9 @@ def measure(algorithm: str, robot_name: str, arch: str = ARCH) -> dict:
         Path(tmp, "grid.cuh").write_text(generate(robot, [algorithm]))
         # the algorithm's own unit, as the GPU library compiles it (its kernels alone)
         Path(tmp, "abi.cu").write_text(abi_units(robot, [algorithm], "grid.cuh")[f"abi_{algorithm}.cu"])
-        num = arch.split("_", 1)[-1]
-        res = subprocess.run(
-            [nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{num},code=sm_{num}", *flags, "-Xptxas", "-v", "-c",
-             "abi.cu", "-o", "abi.o"],
-            cwd=tmp, capture_output=True, text=True,
-        )
+        # the library's own command for the unit, with ptxas's report
+        res = subprocess.run([*nvcc_command(nvcc, arch, flags, "abi.cu"), "-Xptxas", "-v"], cwd=tmp,
+                             capture_output=True, text=True)
     if res.returncode:
         from .errors import BuildError
 
