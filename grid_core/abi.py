@@ -130,21 +130,26 @@ def abi_source(robot: Robot, algorithms, header_name: str, namespace: str = "gri
 def abi_units(robot: Robot, algorithms, header_name: str, namespace: str = "grid", dtypes=None, frames=None,
               algorithm_options=None) -> dict[str, str]:
     """The ABI as translation units, each ``#include``-ing the header: ``abi.cu`` (the library's
-    own entries) and ``abi_<algorithm>.cu`` per algorithm (its entries alone).  The GPU library is
-    built from these, so that each algorithm's kernels are compiled in a unit of their own, as the
-    benchmark compiles them: nvcc inlines a composed inner into a kernel or calls it depending on
-    how many kernels of the unit use it: in one unit with the algorithms it composes, g1's
-    forward-dynamics-gradient block kernel took 114 registers by ptxas 13.5 (one block of 512
-    threads an SM) where alone it takes 64 (two), and the bench timed the header's kernel at 0.6x
-    the library's."""
+    own entries) and ``abi_<algorithm>_<dtype>.cu`` per algorithm and precision (its entries
+    alone).  The GPU library is built from these, compiled side by side:
+
+    * each algorithm's kernels in units of their own, as the benchmark compiles them: nvcc inlines
+      a composed inner into a kernel or calls it depending on how many kernels of the unit use it:
+      in one unit with the algorithms it composes, g1's forward-dynamics-gradient block kernel took
+      114 registers by ptxas 13.5 (one block of 512 threads an SM) where alone it takes 64 (two),
+      and the bench timed the header's kernel at 0.6x the library's;
+    * each precision in a unit of its own: the kernels of one precision never call the other's, and
+      ptxas assembles a unit's kernels one after another, so the two halves of a large algorithm
+      compile at once (go2's inverse-dynamics gradient, ptxas 13.0 -O1: 39 and 46 s against 96 s
+      in one unit, on a 2-core Intel VM; the SASS of its 10 kernels identical)."""
     units = {"abi.cu": "\n".join([*_prologue(header_name), *_library_entries(namespace), '}  // extern "C"', ""])}
     functions = abi_functions(robot, algorithms, dtypes, frames, algorithm_options, namespace)
-    for alg in dict.fromkeys(fn.algorithm for fn in functions):
+    for alg, dt in dict.fromkeys((fn.algorithm, fn.dtype) for fn in functions):
         lines = [*_prologue(header_name), 'extern "C" {', ""]
         for fn in functions:
-            if fn.algorithm == alg:
+            if (fn.algorithm, fn.dtype) == (alg, dt):
                 lines += _function_source(fn, namespace, robot)
-        units[f"abi_{alg}.cu"] = "\n".join([*lines, '}  // extern "C"', ""])
+        units[f"abi_{alg}_{dt}.cu"] = "\n".join([*lines, '}  // extern "C"', ""])
     return units
 
 

@@ -76,7 +76,7 @@ def describe_kernel(demangled: str) -> dict:
 
 
 def measure(algorithm: str, robot_name: str, arch: str = ARCH) -> dict:
-    from .abi import abi_units
+    from .abi import DTYPES, abi_units
     from .composer import GenerateOptions, generate, plan_arena
     from .hooks import registry
     from .loader import load_robot
@@ -87,20 +87,24 @@ def measure(algorithm: str, robot_name: str, arch: str = ARCH) -> dict:
         warnings.simplefilter("ignore")
         robot = load_robot(robot_name)
     nvcc, flags = toolchain(find_nvcc())  # the ptxas and flags the libraries are built with
+    report = ""
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "grid.cuh").write_text(generate(robot, [algorithm]))
-        # the algorithm's own unit, as the GPU library compiles it (its kernels alone)
-        Path(tmp, "abi.cu").write_text(abi_units(robot, [algorithm], "grid.cuh")[f"abi_{algorithm}.cu"])
-        # the library's own command for the unit, with ptxas's report
-        res = subprocess.run([*nvcc_command(nvcc, arch, flags, "abi.cu"), "-Xptxas", "-v"], cwd=tmp,
-                             capture_output=True, text=True)
-    if res.returncode:
-        from .errors import BuildError
+        # the algorithm's own units (a precision each), as the GPU library compiles them (its kernels
+        # alone), each by the library's own command, with ptxas's report
+        units = abi_units(robot, [algorithm], "grid.cuh")
+        for name in (f"abi_{algorithm}_{dt}.cu" for dt in DTYPES):
+            Path(tmp, name).write_text(units[name])
+            res = subprocess.run([*nvcc_command(nvcc, arch, flags, name), "-Xptxas", "-v"], cwd=tmp,
+                                 capture_output=True, text=True)
+            if res.returncode:
+                from .errors import BuildError
 
-        raise BuildError(f"nvcc failed for {algorithm}[{robot_name}]:\n{res.stderr[-4000:]}")
+                raise BuildError(f"nvcc failed for {algorithm}[{robot_name}]:\n{res.stderr[-4000:]}")
+            report += res.stdout + res.stderr
     plan = plan_arena(registry().algorithm(algorithm), robot, GenerateOptions(target_shared_mem_bytes=None))
     kernels = []
-    for row in parse_ptxas(res.stdout + res.stderr):
+    for row in parse_ptxas(report):
         info = describe_kernel(row["kernel"])
         if not info.get("name", "").startswith(algorithm):
             continue

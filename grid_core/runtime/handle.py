@@ -35,8 +35,8 @@ def nvcc_link_command(nvcc: str, units) -> list[str]:
 
 def build_gpu_library(robot, algorithms=None, *, arch: str | None = None, quiet: bool = False, **generate_options):
     """Compile header + C ABI for ``arch`` (default: this machine's GPU); cached by content.  Each
-    algorithm's entries are a unit of their own (:func:`grid_core.abi.abi_units`), compiled
-    side by side (``GRID_BUILD_JOBS``), then linked."""
+    algorithm's entries in each precision are a unit of their own (:func:`grid_core.abi.abi_units`),
+    compiled side by side (``GRID_BUILD_JOBS``), then linked."""
     from ..abi import abi_units
     from ..composer import generate, resolve_algorithms
 

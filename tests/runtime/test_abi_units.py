@@ -1,5 +1,6 @@
 """The GPU library's translation units (grid_core.abi.abi_units): each algorithm's entries in a
-unit of their own, the library's own entries in another, the same code as the one-unit ABI."""
+unit of their own per precision, the library's own entries in another, the same code as the
+one-unit ABI."""
 
 from __future__ import annotations
 
@@ -27,16 +28,17 @@ def test_each_algorithm_is_a_unit_of_its_own_with_the_one_unit_code():
     units = abi_units(robot, algorithms, "grid.cuh")
     resolved = [a.name for a in resolve_algorithms(algorithms)]
     assert "forward_dynamics" in resolved and "inverse_dynamics_gradient" in resolved  # composed ones come along
-    assert list(units) == ["abi.cu", *(f"abi_{a}.cu" for a in resolved)]
+    assert list(units) == ["abi.cu", *(f"abi_{a}_{dt}.cu" for a in resolved for dt in ("f32", "f64"))]
     library = entries(units["abi.cu"])
     assert {"grid_abi_info", "grid_abi_set_poison", "grid_host_pool_adopt"} <= set(library)
     assert not [e for e in library if any(e.startswith(f"grid_abi_{a}_") for a in resolved)]
     for alg in resolved:
-        own = entries(units[f"abi_{alg}.cu"])
-        assert own == [f"grid_abi_{alg}_{dt}{form}" for dt in ("f32", "f64")
-                       for form in ("", "_host", "_packed", "_host_packed")]
-        # the only launcher the unit instantiates is its algorithm's
-        assert set(re.findall(r"grid::(\w+)_launch\w*<", units[f"abi_{alg}.cu"])) == {alg}
+        for dt, T in (("f32", "float"), ("f64", "double")):
+            unit = units[f"abi_{alg}_{dt}.cu"]
+            assert entries(unit) == [f"grid_abi_{alg}_{dt}{form}" for form in ("", "_host", "_packed", "_host_packed")]
+            # the only launcher the unit instantiates is its algorithm's, in its precision only
+            assert set(re.findall(r"grid::(\w+)_launch\w*<", unit)) == {alg}
+            assert set(re.findall(r"grid::\w+_launch\w*<(\w+)", unit)) == {T}
     single = abi_source(robot, algorithms, "grid.cuh")
     assert sorted(entries(single)) == sorted(e for text in units.values() for e in entries(text))
     # every entry's code is the one-unit ABI's, character for character
