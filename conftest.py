@@ -126,6 +126,58 @@ def group_of(item) -> str | None:
     return None if robot is None else f"robot-{robot}{'-cpu' if uses_the_cpu_build(item) else ''}"
 
 
+BUILD_ONLY = "GRID_GPU_BUILD_ONLY"
+"""``GRID_GPU_BUILD_ONLY=<arch>`` (``sm_90``): the gpu-marked tests build every GPU library they
+would load, for that architecture, and stop there, on a machine with or without a GPU: the
+libraries of a GPU run compiled beforehand (on a CPU machine, whose cache the GPU machine is then
+given, or on the GPU machine side by side, before its test run: ``benchmarks/gpu_check.py``).  A
+test whose library got built is reported skipped ("built"); a library that fails to build fails
+its test; anything else a test did before loading a library is not judged; other tests do not run.
+A test that loads several libraries stops at its first: the test run builds the others."""
+
+
+class _Built(Exception):
+    """A GPU library built under GRID_GPU_BUILD_ONLY, where a test would load it."""
+
+
+def _build_only() -> None:
+    """GRID_GPU_BUILD_ONLY: the runtime sees a device of that architecture and loads no library."""
+    arch = os.environ.get(BUILD_ONLY)
+    if not arch:
+        return
+    import grid_core.runtime as runtime
+    import grid_core.runtime.cuda as cuda
+    import grid_core.runtime.handle as handle
+
+    def built(path):
+        raise _Built(f"built {path}")
+
+    runtime.device_count = cuda.device_count = lambda: 1
+    handle.require_device = cuda.require_device = lambda: None
+    handle.cuda_arch = cuda.cuda_arch = lambda: arch
+    handle.load_abi = built
+
+
+_build_only()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under GRID_GPU_BUILD_ONLY: a test stopped at its library's load is skipped as built, one
+    stopped by anything but a build error is skipped as not judged."""
+    outcome = yield
+    if not os.environ.get(BUILD_ONLY) or call.excinfo is None:
+        return
+    from grid_core.errors import BuildError
+
+    report = outcome.get_result()
+    if call.excinfo.errisinstance((BuildError, pytest.skip.Exception)):
+        return
+    reason = str(call.excinfo.value) if call.excinfo.errisinstance(_Built) else \
+        f"not judged ({BUILD_ONLY}): {call.excinfo.typename}"
+    report.outcome, report.longrepr = "skipped", (str(item.path), item.location[1] or 0, reason)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Every test of one robot goes to one pytest-xdist worker (``--dist loadgroup``, pyproject's
@@ -138,6 +190,11 @@ def pytest_collection_modifyitems(config, items):
         group = group_of(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get(BUILD_ONLY):
+        skip = pytest.mark.skip(reason=f"{BUILD_ONLY}: the gpu tests' libraries only")
+        for item in items:
+            if not item.get_closest_marker("gpu"):
+                item.add_marker(skip)
     if not any(item.get_closest_marker("gpu") for item in items):
         return
     from grid_core.runtime import device_count

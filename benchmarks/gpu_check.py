@@ -537,9 +537,22 @@ def phase_tests(state: dict) -> None:
     # tests and every library they build on one worker (H100, 2026-12-06: a 480 s run ended with
     # hyq's tests queued behind that worker's 455 s build of one library)
     workers = os.environ.get("GRID_CHECK_TEST_WORKERS")
-    res = run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/gpu", "tests/runtime", *generated,
-               "-k", "not erd", *(["-n", workers, "--dist", "load"] if workers else []),
-               "-p", "no:cacheprovider", "--durations=12"], cwd=ROOT)
+    tests = ["-m", "gpu", "tests/gpu", "tests/runtime", *generated, "-k", "not erd", "-p", "no:cacheprovider"]
+    # first every library the tests load, side by side (conftest.py's GRID_GPU_BUILD_ONLY: each test
+    # builds its libraries and stops): a test worker would otherwise wait on each of its tests' builds
+    # in turn (a humanoid's gpu tests load nine libraries, each minutes of nvcc).  Workers x 2 units
+    # at once: as many units as GRID_BUILD_JOBS, else the cores and the memory, allow (build_jobs)
+    from grid_core.buildcache import build_jobs
+
+    jobs = max(1, build_jobs(1 << 30) // 2)
+    pre = run([sys.executable, "-m", "pytest", "-q", *tests, "-n", jobs, "--dist", "load", "-rf"], cwd=ROOT,
+              env={**os.environ, "GRID_GPU_BUILD_ONLY": ARCH, "GRID_BUILD_JOBS": "2"})
+    state["tests_build"] = {"returncode": pre.returncode, "tail": (pre.stdout + pre.stderr).strip().splitlines()[-5:]}
+    if pre.returncode:
+        print((pre.stdout + pre.stderr)[-4000:])
+        raise RuntimeError("building the gpu tests' libraries failed")
+    res = run([sys.executable, "-m", "pytest", "-q", *tests, *(["-n", workers, "--dist", "load"] if workers else []),
+               "--durations=12"], cwd=ROOT)
     tail = (res.stdout + res.stderr).strip().splitlines()[-30:]
     state["tests"] = {"returncode": res.returncode, "tail": tail}
     print("\n".join(tail))
