@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytest_plugins = ("tests.sweep_log",)  # GRID_SWEEP_LOG: a resumable full sweep
+
 # JAX takes 75% of a GPU's memory when it first touches it; pytest-xdist's workers share one GPU
 # (the gpu-marked tests, -n 16 on the device: 16 such processes exhausted an H100's memory, and
 # JAX, PyTorch and our own launches failed with out-of-memory).  Each worker allocates as it needs.
