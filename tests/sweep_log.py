@@ -37,8 +37,13 @@ def read_rows(path: Path) -> list[list[str]]:
     return [r for r in (line.rstrip("\n").split("\t") for line in path.read_text().splitlines()) if len(r) >= 3]
 
 
+def _test_id(nodeid: str) -> str:
+    """A node id without the ``@group`` that pytest-xdist's ``--dist loadgroup`` appends."""
+    return nodeid.rsplit("@", 1)[0] if "]@" in nodeid or ("@" in nodeid and "[" not in nodeid) else nodeid
+
+
 def passed_here(root: Path, rows: list[list[str]], head: str) -> set[str]:
-    """Node ids that passed at a commit whose watched paths equal ``head``'s."""
+    """Tests (:func:`_test_id`) whose last row passed at a commit whose watched paths equal ``head``'s."""
     valid: dict[str, bool] = {}
     last: dict[str, bool] = {}  # a later row of the same test overrides (a teardown's error after its pass)
     for nodeid, outcome, commit, *_ in rows:
@@ -46,7 +51,7 @@ def passed_here(root: Path, rows: list[list[str]], head: str) -> set[str]:
             valid[commit] = commit == head or _git(root, "diff", "--quiet", commit, head, "--", ".",
                                                    *UNWATCHED).returncode == 0
         if valid[commit]:
-            last[nodeid] = outcome == "passed"
+            last[_test_id(nodeid)] = outcome == "passed"
     return {nodeid for nodeid, ok in last.items() if ok}
 
 
@@ -71,9 +76,9 @@ def pytest_collection_modifyitems(config, items):
         return
     path, head = state
     done = passed_here(Path(str(config.rootpath)), read_rows(path), head)
-    keep = [item for item in items if item.nodeid not in done]
+    keep = [item for item in items if _test_id(item.nodeid) not in done]
     if len(keep) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item.nodeid in done])
+        config.hook.pytest_deselected(items=[item for item in items if _test_id(item.nodeid) in done])
         items[:] = keep
 
 
