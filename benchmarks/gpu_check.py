@@ -523,6 +523,24 @@ def phase_build(state: dict) -> None:
     state["build"] = "ok"
 
 
+def _test_groups(args: list[str]) -> dict[str, list[str]]:
+    """The selected tests' node ids by robot: a test whose parameters name one of ROBOTS goes to
+    that robot's group, every other (the runtime's, other robots') to "other"."""
+    import re
+
+    res = run([sys.executable, "-m", "pytest", "--collect-only", "-q", *args], cwd=ROOT)
+    if res.returncode not in (0, 5):
+        print((res.stdout + res.stderr)[-4000:])
+        raise RuntimeError("collecting the gpu tests failed")
+    groups: dict[str, list[str]] = {}
+    for line in res.stdout.splitlines():
+        if "::" not in line:
+            continue
+        params = set(re.split(r"[\[\]\-]", line.split("::", 1)[1]))
+        groups.setdefault(next((r for r in ROBOTS if r in params), "other"), []).append(line.strip())
+    return groups
+
+
 def phase_tests(state: dict) -> None:
     # the gpu tests, and the backend-parametrised algorithm tests on the bundled robots (the
     # example-robot-data ones need that package, which the GPU machine does not have)
@@ -531,33 +549,55 @@ def phase_tests(state: dict) -> None:
     generated = [str(p.relative_to(ROOT)) for p in sorted((ROOT / "tests" / "algorithms").glob("test_*.py"))
                  if not p.stem.endswith(("_reference", "_reviews"))]
     # (tests/codegen has no gpu tests, and one of its modules draws example-robot-data robots while
-    # collecting; tests/runtime has the runtime's gpu tests)
-    # GRID_CHECK_TEST_WORKERS=8: pytest-xdist workers (the libraries are built once, by content hash),
-    # tests handed out one at a time (--dist load): the CI default, --dist loadgroup, keeps a robot's
-    # tests and every library they build on one worker (H100, 2026-12-06: a 480 s run ended with
-    # hyq's tests queued behind that worker's 455 s build of one library)
-    workers = os.environ.get("GRID_CHECK_TEST_WORKERS")
-    tests = ["-m", "gpu", "tests/gpu", "tests/runtime", *generated, "-k", "not erd", "-p", "no:cacheprovider"]
-    # first every library the tests load, side by side (conftest.py's GRID_GPU_BUILD_ONLY: each test
-    # builds its libraries and stops): a test worker would otherwise wait on each of its tests' builds
-    # in turn (a humanoid's gpu tests load nine libraries, each minutes of nvcc).  Workers x 2 units
-    # at once: as many units as GRID_BUILD_JOBS, else the cores and the memory, allow (build_jobs)
+    # collecting; tests/runtime has the runtime's gpu tests).  GRID_CHECK_TEST_K: a pytest -k
+    # expression the selection must also match (one robot's tests, one algorithm's)
+    extra = os.environ.get("GRID_CHECK_TEST_K")
+    select = ["-m", "gpu", "tests/gpu", "tests/runtime", *generated, "-p", "no:cacheprovider",
+              "-k", "not erd" + (f" and ({extra})" if extra else "")]
+    # Robot by robot, side by side, each first building every library its tests load (conftest.py's
+    # GRID_GPU_BUILD_ONLY: each test builds its libraries and stops), then running them: a test
+    # worker would otherwise wait on each of its tests' builds in turn (a humanoid's gpu tests load
+    # nine libraries, each minutes of nvcc), and a robot's tests need not wait on another's builds
+    # (H100, session 43: atlas's 15 last tests were still waiting when the device time ended).
+    # Build workers x 2 units at once over the groups: as many units as GRID_BUILD_JOBS, else the
+    # cores and the memory, allow (build_jobs).  GRID_CHECK_TEST_WORKERS=N: pytest-xdist workers for
+    # a group's tests, handed out one at a time (--dist load; the CI default, --dist loadgroup, keeps
+    # a robot's tests on one worker)
+    from concurrent.futures import ThreadPoolExecutor
+
     from grid_core.buildcache import build_jobs
 
-    jobs = max(1, build_jobs(1 << 30) // 2)
-    pre = run([sys.executable, "-m", "pytest", "-q", *tests, "-n", jobs, "--dist", "load", "-rf"], cwd=ROOT,
-              env={**os.environ, "GRID_GPU_BUILD_ONLY": ARCH, "GRID_BUILD_JOBS": "2"})
-    state["tests_build"] = {"returncode": pre.returncode, "tail": (pre.stdout + pre.stderr).strip().splitlines()[-5:]}
-    if pre.returncode:
-        print((pre.stdout + pre.stderr)[-4000:])
-        raise RuntimeError("building the gpu tests' libraries failed")
-    res = run([sys.executable, "-m", "pytest", "-q", *tests, *(["-n", workers, "--dist", "load"] if workers else []),
-               "--durations=12"], cwd=ROOT)
-    tail = (res.stdout + res.stderr).strip().splitlines()[-30:]
-    state["tests"] = {"returncode": res.returncode, "tail": tail}
-    print("\n".join(tail))
-    if res.returncode:
-        raise RuntimeError("gpu tests failed")
+    groups = _test_groups(select)
+    if not groups:
+        raise RuntimeError("no gpu test selected")
+    per = max(1, build_jobs(1 << 30) // (2 * len(groups)))
+    workers = os.environ.get("GRID_CHECK_TEST_WORKERS")
+    base = ["-m", "gpu", "-p", "no:cacheprovider"]
+
+    def one(name: str, ids: list[str]) -> dict:
+        t0 = time.time()
+        pre = run([sys.executable, "-m", "pytest", "-q", *base, *ids, "-n", per, "--dist", "load", "-rf"], cwd=ROOT,
+                  env={**os.environ, "GRID_GPU_BUILD_ONLY": ARCH, "GRID_BUILD_JOBS": "2"})
+        built = time.time() - t0
+        if pre.returncode:
+            print((pre.stdout + pre.stderr)[-4000:])
+            return {"returncode": pre.returncode, "build_s": round(built), "tail": ["building its libraries failed"]}
+        res = run([sys.executable, "-m", "pytest", "-q", *base, *ids,
+                   *(["-n", workers, "--dist", "load"] if workers else []), "-rA", "--durations=12"], cwd=ROOT)
+        BUILD.mkdir(parents=True, exist_ok=True)  # the whole report (a PASSED line a test), beside the build
+        (BUILD / f"tests-{name}.log").write_text(pre.stdout + pre.stderr + res.stdout + res.stderr)
+        tail = [ln for ln in (res.stdout + res.stderr).strip().splitlines() if not ln.startswith("PASSED ")][-30:]
+        print(f"== {name}: {len(ids)} tests, libraries built in {built:.0f} s, tests {time.time() - t0 - built:.0f} s")
+        print("\n".join(tail))
+        return {"returncode": res.returncode, "tests": len(ids), "build_s": round(built),
+                "test_s": round(time.time() - t0 - built), "tail": tail}
+
+    with ThreadPoolExecutor(max_workers=len(groups)) as pool:
+        futures = {name: pool.submit(one, name, ids) for name, ids in groups.items()}
+        state["tests"] = {name: f.result() for name, f in futures.items()}
+    bad = [name for name, r in state["tests"].items() if r["returncode"]]
+    if bad:
+        raise RuntimeError(f"gpu tests failed: {bad}")
 
 
 def phase_sanitize(state: dict) -> None:
