@@ -586,11 +586,12 @@ def phase_tests(state: dict) -> None:
                    *(["-n", workers, "--dist", "load"] if workers else []), "-rA", "--durations=12"], cwd=ROOT)
         BUILD.mkdir(parents=True, exist_ok=True)  # the whole report (a PASSED line a test), beside the build
         (BUILD / f"tests-{name}.log").write_text(pre.stdout + pre.stderr + res.stdout + res.stderr)
+        tested = time.time() - t0 - built
         tail = [ln for ln in (res.stdout + res.stderr).strip().splitlines() if not ln.startswith("PASSED ")][-30:]
-        print(f"== {name}: {len(ids)} tests, libraries built in {built:.0f} s, tests {time.time() - t0 - built:.0f} s")
+        print(f"== {name}: {len(ids)} tests, libraries built in {built:.0f} s, tests {tested:.0f} s")
         print("\n".join(tail))
         return {"returncode": res.returncode, "tests": len(ids), "build_s": round(built),
-                "test_s": round(time.time() - t0 - built), "tail": tail}
+                "test_s": round(tested), "tail": tail}
 
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
         futures = {name: pool.submit(one, name, ids) for name, ids in groups.items()}
