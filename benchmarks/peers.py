@@ -35,7 +35,11 @@ precision; not measured on a GPU yet).
 Timing, the same on both sides: inputs resident on the device, each side one ``jax.jit`` (ours
 through its XLA FFI call, so both pay JAX's dispatch once), warm-up, then the median of many
 calls, each synchronised with ``block_until_ready``.  On a CUDA device our kernel alone is timed
-too, as a CUDA-graph replay of our call on torch tensors (``grid_kernel_us``).  Agreement in the
+too, as a CUDA-graph replay of our call on torch tensors (``grid_kernel_us``).  A call on its own
+pays JAX's dispatch whole (about 60 µs through our FFI call on the H100, where iiwa14's kernel
+takes 8), which caps the ratio for a small robot; so up to ``--calls-max-n`` states each side is
+timed again as ``--calls`` calls on distinct batches in one ``jax.jit`` (``*_calls``), as inside
+a user's jitted rollout or training step.  Agreement in the
 same run: ours against MJX over the whole batch (``rel_err``), and each against our float64
 ``Reference`` on the first ``--ref-states`` states (``ref_err_grid``, ``ref_err_peer``), all in
 our coordinates.  MuJoCo Warp is not measured here (warp-lang is about 149 MB, too large to carry
@@ -638,11 +642,26 @@ def our_method(handle, qty: Quantity) -> str | None:
     return next((n for n in qty.ours if n in dir(handle)), None)
 
 
+def calls_us(fn, batches: list[list], repeats: int, warmup: int) -> float:
+    """Time per call of ``fn`` called on each of ``batches`` (distinct inputs of one shape, so
+    XLA can merge no two calls) inside ONE ``jax.jit``: one dispatch for ``len(batches)`` calls,
+    the median divided by their count.  A side in a user's jitted loop (a rollout, a training
+    step) pays JAX's dispatch so, once for many calls, not once a call."""
+    import jax
+
+    looped = jax.jit(lambda groups: [fn(*g) for g in groups])
+    return median_us(looped, (batches,), repeats, warmup) / len(batches)
+
+
 def compare(side: Side, qty: Quantity, n: int, dtype, repeats: int, warmup: int, ref_states: int,
-            timing: bool = True, peer_compiler_options: dict | None = None) -> dict:
+            timing: bool = True, peer_compiler_options: dict | None = None, calls: int = 1,
+            calls_max_n: int = 0) -> dict:
     """One row: ``qty`` at batch ``n`` on both sides (our side left out when the handle lacks
     it: then only MJX against the reference).  ``peer_compiler_options`` go to XLA for MJX's
-    program (the tests' untimed checks compile faster without XLA:CPU's fusion)."""
+    program (the tests' untimed checks compile faster without XLA:CPU's fusion).  With
+    ``calls`` > 1 and ``n`` <= ``calls_max_n``, each side is timed again as ``calls`` calls on
+    distinct batches (the states rolled by one each time) in one ``jax.jit`` (:func:`calls_us`):
+    ``grid_us_calls``, ``peer_us_calls``, ``ratio_calls``."""
     import jax
 
     from grid_core import Reference
@@ -689,6 +708,16 @@ def compare(side: Side, qty: Quantity, n: int, dtype, repeats: int, warmup: int,
                 args = [a.astype(dtype) for a in (q, v, x)[: qty.arity]]
                 shapes = [o.shape for o in jax.tree.leaves(ours_raw)]
                 row["grid_kernel_us"], row["grid_kernel_method"] = kernel_us(method, args, shapes, repeats)
+        if calls > 1 and n <= calls_max_n:
+            rolled = [tuple(np.roll(s, k, axis=0) for s in (q, v, x)) for k in range(calls)]
+            row["calls"] = calls
+            peer_batches = [[jax.device_put(a.astype(dtype)) for a in qty.peer_inputs(side.coords, *r)] for r in rolled]
+            row["peer_us_calls"] = calls_us(qty.peer(side), peer_batches, repeats, warmup)
+            del peer_batches
+            if mine is not None:
+                batches = [[jax.device_put(a.astype(dtype)) for a in r[: qty.arity]] for r in rolled]
+                row["grid_us_calls"] = calls_us(method, batches, repeats, warmup)
+                row["ratio_calls"] = row["peer_us_calls"] / row["grid_us_calls"]
     return row
 
 
@@ -725,11 +754,16 @@ def table(rows: list[dict]) -> str:
         return format(format(x, spec) if isinstance(x, (int, float)) else "-", f">{width}")
 
     lines = [f"{'robot':<8}{'N':>7}  {'algorithm':<27}{'grid us':>10}{'MJX us':>10}{'MJX/grid':>9}{'kernel us':>10}"
-             f"{'rel_err':>9}{'ref grid':>9}{'ref MJX':>9}"]
+             f"{'rel_err':>9}{'ref grid':>9}{'ref MJX':>9}{'K-call grid':>12}{'MJX':>10}{'MJX/grid':>9}"]
     for r in rows:
         lines.append(f"{r['robot']:<8}{r['N']:>7}  {r['algorithm']:<27}{f(r.get('grid_us'), '.1f', 10)}"
                      f"{f(r.get('peer_us'), '.1f', 10)}{f(r.get('ratio'), '.1f', 9)}{f(r.get('grid_kernel_us'), '.2f', 10)}"
-                     f"{f(r.get('rel_err'), '.1e', 9)}{f(r.get('ref_err_grid'), '.1e', 9)}{f(r.get('ref_err_peer'), '.1e', 9)}")
+                     f"{f(r.get('rel_err'), '.1e', 9)}{f(r.get('ref_err_grid'), '.1e', 9)}{f(r.get('ref_err_peer'), '.1e', 9)}"
+                     f"{f(r.get('grid_us_calls'), '.1f', 12)}{f(r.get('peer_us_calls'), '.1f', 10)}"
+                     f"{f(r.get('ratio_calls'), '.1f', 9)}")
+    ks = sorted({r["calls"] for r in rows if r.get("calls")})
+    lines += [f"K-call: {k} calls on distinct batches in one jax.jit, time per call (one dispatch for the {k})"
+              for k in ks]
     methods = sorted({r["grid_kernel_method"] for r in rows if r.get("grid_kernel_method", "graph") != "graph"})
     lines += [f"kernel us: {m}" for m in methods]
     chunks = sorted({(r["algorithm"], r["peer_chunk"]) for r in rows if r.get("peer_chunk")})
@@ -777,6 +811,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rows-library", action="store_true",
                     help="on the GPU, a library of the peers rows' algorithms only (default: every algorithm of "
                          "the default set, the library gpu_check's build phase leaves in the cache)")
+    ap.add_argument("--calls", type=int, default=8,
+                    help="also time each side as this many calls on distinct batches in one jax.jit (1: not)")
+    ap.add_argument("--calls-max-n", type=int, default=4096,
+                    help="the largest batch timed so (MJX's working memory grows with the calls)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows already in --json (same commit and device) that this run does not measure")
     args = ap.parse_args(argv)
@@ -806,7 +844,9 @@ def main(argv=None) -> int:
         "gpu": device_name(), "commit": commit(), "backend": "RobotHandle" if backend == "gpu" else "CpuHandle",
         "dtype": dtype.name, "matmul_precision": args.matmul_precision, "versions": versions(),
         "timing": (f"device-resident inputs, each side one jax.jit, warmed up by {args.warmup} calls, then the "
-                   f"median of {args.repeats} calls, each synchronised by block_until_ready"),
+                   f"median of {args.repeats} calls, each synchronised by block_until_ready; *_calls: the same "
+                   f"with {args.calls} calls on distinct batches in one jax.jit, per call, up to "
+                   f"N = {args.calls_max_n}"),
         "peers": [], "peers_published": PUBLISHED,
     }
     kept = merged_rows(args.json, result) if args.merge else []
@@ -822,7 +862,8 @@ def main(argv=None) -> int:
                 print(f"peers: {name} {qty.algorithm}: no emitted {' or '.join(qty.ours)} yet, row left out", flush=True)
                 continue
             for n in sizes:
-                row = compare(side, qty, n, dtype, args.repeats, args.warmup, args.ref_states)
+                row = compare(side, qty, n, dtype, args.repeats, args.warmup, args.ref_states,
+                              calls=args.calls, calls_max_n=args.calls_max_n)
                 result["peers"].append(row)
                 if not agrees(row):
                     bad.append(f"{name} {qty.algorithm} N={n}: errors {[row.get(k) for k in AGREEMENTS]}")
