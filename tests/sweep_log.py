@@ -61,7 +61,8 @@ def pytest_configure(config):
         return
     root = Path(str(config.rootpath))
     head = _git(root, "rev-parse", "HEAD").stdout.strip()
-    dirty = _git(root, "status", "--porcelain", "--untracked-files=no", "--", ".", *UNWATCHED).stdout.strip()
+    # untracked files count too: a new test module or robot file is code the logged rows did not run
+    dirty = _git(root, "status", "--porcelain", "--untracked-files=normal", "--", ".", *UNWATCHED).stdout.strip()
     if not head or dirty:
         raise pytest.UsageError(f"{ENV}: the checkout must be a clean commit outside "
                                 f"{', '.join(p[2:] for p in UNWATCHED)} (each logged pass names its commit)"

@@ -44,6 +44,7 @@ def test_a_sweep_resumes_on_equal_code_and_restarts_on_changed_code(tmp_path):
     repo.mkdir()
     (repo / "test_sample.py").write_text(SAMPLE.format(flag="False"))
     (repo / "README.md").write_text("a\n")
+    (repo / ".gitignore").write_text("__pycache__/\n")
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     _git(repo, "commit", "-q", "-m", "one")
@@ -82,4 +83,11 @@ def test_a_sweep_resumes_on_equal_code_and_restarts_on_changed_code(tmp_path):
     (repo / "test_sample.py").write_text(SAMPLE.format(flag="1"))
     run = _pytest(repo, log)
     assert run.returncode == 4 and "must be a clean commit" in run.stderr, run.stdout + run.stderr
+    assert log.read_text() == before
+
+    # an untracked file outside the documentation (a new test module) too
+    _git(repo, "checkout", "-q", "--", "test_sample.py")
+    (repo / "test_new.py").write_text("def test_new():\n    pass\n")
+    run = _pytest(repo, log)
+    assert run.returncode == 4 and "test_new.py" in run.stderr, run.stdout + run.stderr
     assert log.read_text() == before

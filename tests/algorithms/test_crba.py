@@ -4,7 +4,7 @@ Reference, the generated code host-emulated (CI) and on the GPU (RobotHandle, `g
 Each backend's M is symmetric and equals d tau / d qdd of the Reference's inverse dynamics
 (an independent algorithm: M qdd = ID(q, 0, qdd) - ID(q, 0, 0)); the generated code also
 equals the Reference (proven against Pinocchio in test_crba_reference.py) at rel 1e-9
-(float64) and 1e-4 (float32), on CI's sample of robots (every bundled robot and 4 example-robot-data
+(float64) and 1e-4 (float32), on CI's sample of robots (the bundled robots but g1 and 4 example-robot-data
 robots, tests/generated.py SAMPLE_ROBOTS; all 14 CODEGEN_ROBOTS with GRID_FULL_SWEEP=1), both
 layouts, every tier, and with the deepest spill rung forced.
 """
@@ -17,7 +17,8 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.generated import BACKENDS, TOL, backend, backend_cases, check_ring_batch, check_ring_forms, check_staged_batch, launches
+from tests.generated import (BACKENDS, TOL, backend, backend_cases, check_ring_batch, check_ring_forms, check_staged_batch,
+                             large_robot_cases, launches)
 
 N = 5
 CASES = backend_cases()
@@ -62,8 +63,7 @@ def test_staged_batch(kind, name, rng):
     check_staged_batch(kind, name, "crba", rng)
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
-@pytest.mark.parametrize("name", ["atlas", "g1"])
+@pytest.mark.parametrize(("kind", "name"), large_robot_cases())
 def test_ring_batch(kind, name, rng):
     """A batch past the ring threshold on robots too large to stage whole (tests.generated.check_ring_batch)."""
     check_ring_batch(kind, name, "crba", rng)

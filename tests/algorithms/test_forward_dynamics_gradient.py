@@ -4,7 +4,7 @@ Equal to the reference (proven against Pinocchio's computeABADerivatives in
 test_forward_dynamics_gradient_reference.py) on every backend of the generated code: host
 emulation (CI) and the GPU (`gpu` marker).
 
-CI's sample of robots (every bundled robot and 4 example-robot-data robots, tests/generated.py
+CI's sample of robots (the bundled robots but g1 and 4 example-robot-data robots, tests/generated.py
 SAMPLE_ROBOTS; all 14 CODEGEN_ROBOTS with GRID_FULL_SWEEP=1), with and without f_ext, both layouts, every
 tier, the deepest spill rung forced; float64 at rel 1e-9, float32 at rel 1e-4 where the robot's
 condition number allows that forward error in float32, else by the backward error of

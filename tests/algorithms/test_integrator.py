@@ -4,16 +4,15 @@ exponential map); RK4 composes the inner four times, XImats loaded again at each
 
 The method is fixed at generation time (``algorithm_options={"integrator": {"method": ...}}``);
 a call with another builds, once, the library for it.  On CI's sample -- iiwa14 (fixed arm), go2
-(free-flyer), panda (a mimic finger), g1 (a humanoid, 29 dofs and a free-flyer) -- every tier and
-both layouts, with and without f_ext:
+(free-flyer), panda (a mimic finger); the humanoids g1 (29 dofs and a free-flyer), talos_reduced and
+simple_humanoid with GRID_FULL_SWEEP=1 -- every tier and both layouts, with and without f_ext:
 
 * host emulation equals the reference at float64 rel 1e-9 and float32 rel 1e-4 (the suite's
   float32 bound: the step carries forward dynamics' float32 error times dt; measured at most
   9e-6 on g1, cond(M) 1.8e5, with RK4 at dt = 0.05, and 5e-7 on iiwa14 and panda): the default
   method (semi-implicit Euler) and RK4 at rung 0 and the deepest rung in both precisions,
   explicit Euler (one line apart from the default) at rung 0 in float64;
-* the CPU build (CpuHandle, per-state on SIMD lanes) equals it the same way (float32 for RK4, but
-  g1's, with GRID_FULL_SWEEP=1 only);
+* the CPU build (CpuHandle, per-state on SIMD lanes) equals it the same way (float32 for RK4);
 * float64, it equals Pinocchio: its aba and integrate for the Euler methods, a hand-written RK4 on
   them for RK4 (tests/pin_bridge.py), rel 1e-9.
 
@@ -100,17 +99,13 @@ def test_emulated_equals_the_reference(kind, name, target, method, dtype, rng):
             assert_close(out[1], expected[1], TOL[dtype], f"{what}: qd_next")
 
 
-# g1's explicit-Euler CPU library (the integrator and its gradient generated for that method, about
-# 100 CPU s of g++ -O3) and its float32 RK4 one (27 CPU s) run under GRID_FULL_SWEEP=1; CI keeps g1's
-# default method and float64 RK4 on the CPU, explicit Euler and float32 RK4 on the three other robots
-# there and on g1 in emulation (float32 RK4 at both rungs)
-CPU_CASES = [(n, m) for n in SAMPLE for m in INTEGRATION_METHODS if FULL_SWEEP or (n, m) != ("g1", "explicit_euler")]
+CPU_CASES = [(n, m) for n in SAMPLE for m in INTEGRATION_METHODS]
 
 
-def cpu_dtypes(name: str, method: str) -> tuple:
-    """The CPU build's precisions of ``method`` on robot ``name``: float32 too for RK4 but g1's, and for
-    every method under GRID_FULL_SWEEP=1."""
-    return (np.float64, np.float32) if FULL_SWEEP or (method == "rk4" and name != "g1") else (np.float64,)
+def cpu_dtypes(method: str) -> tuple:
+    """The CPU build's precisions of ``method``: float32 too for RK4, and for every method under
+    GRID_FULL_SWEEP=1."""
+    return (np.float64, np.float32) if FULL_SWEEP or method == "rk4" else (np.float64,)
 
 
 @pytest.mark.parametrize(("name", "method"), CPU_CASES)
@@ -120,7 +115,7 @@ def test_cpu_equals_the_reference_and_pinocchio(name, method, rng):
     q, qd, tau, f_ext = _inputs(robot, rng)
     for f in (None, f_ext):
         expected = ref.integrator(q, qd, tau, DT, method, f)
-        for dtype in cpu_dtypes(name, method):
+        for dtype in cpu_dtypes(method):
             out = integration_library("cpu", name, method, None, dtype).integrator(q, qd, tau, DT, method, f)
             for got, exp, port in zip(out, expected, ("q_next", "qd_next")):
                 assert_close(got, exp, TOL[dtype], f"{name} {method} {np.dtype(dtype).name} cpu: {port}")

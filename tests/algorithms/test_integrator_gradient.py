@@ -4,8 +4,8 @@ shared "lie" helpers), then the six blocks cell by cell; RK4 composes the gradie
 stages (XImats loaded again at each), the chain rule through them in the tangent spaces.  The method
 is fixed at generation time.
 
-On CI's sample -- iiwa14 (fixed arm), go2 (free-flyer), panda (a mimic finger), g1 (a humanoid, 29
-dofs and a free-flyer) -- at rung 0 and the deepest rung, every tier and both layouts:
+On CI's sample -- iiwa14 (fixed arm), go2 (free-flyer), panda (a mimic finger); the humanoids with
+GRID_FULL_SWEEP=1 -- at rung 0 and the deepest rung, every tier and both layouts:
 
 * semi-implicit Euler (the default) through the shared libraries of every emitted algorithm
   (tests/generated.py), float64 at rel 1e-9; float32 by the condition number of M (:func:`_judge`):
@@ -18,8 +18,7 @@ dofs and a free-flyer) -- at rung 0 and the deepest rung, every tier and both la
 * RK4 in its integrator's libraries (tests/generated.py method_library), both rungs and precisions:
   float64 at rel 1e-9, float32 at rel 1e-4 but for dqd_next_dq, held to twice the float32 error of
   the forward-dynamics gradient at the same state (test_rk4_equals_the_reference says why);
-* the CPU build (CpuHandle) every method, float64 (g1's explicit Euler and RK4 with
-  GRID_FULL_SWEEP=1);
+* the CPU build (CpuHandle) every method, float64;
 * against central differences of the generated integrator (float64, h = 3e-5, rel 1e-6 as the
   reference's test), against Pinocchio's computeABADerivatives and dIntegrate (rel 1e-9), and RK4's
   against central differences of RK4 written on Pinocchio's forward dynamics and integrate.
@@ -44,10 +43,14 @@ from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
 from tests.generated import (EVERY_RUNG, FULL_SWEEP, GPU_ROBOTS, INTEGRATOR_SAMPLE, TOL, assert_solves, backend,
-                             gpu_rung_cases, integration_library, rk4_gradient_on_cpu, rung_cases)
+                             gpu_rung_cases, integration_library, rung_cases)
 from tests.pin_bridge import pin_model, to_pin_q
 
 SAMPLE = INTEGRATOR_SAMPLE
+PINOCCHIO_ROBOTS = ["iiwa14", "go2"] + (["g1"] if FULL_SWEEP else [])
+"""The robots of the checks against Pinocchio (its ABA derivatives and dIntegrate, a hand-written RK4 on
+it): a fixed arm and a free-flyer, g1 (a humanoid) too under GRID_FULL_SWEEP=1 (its emulated libraries
+are not in CI's sample)."""
 N = 3
 DT = 0.01
 LAUNCHES = [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]
@@ -136,9 +139,8 @@ def test_explicit_euler_and_the_cpu_build(name, rng):
     robot = load(name)
     ref = Reference(robot)
     q, qd, tau, f_ext = _inputs(robot, rng)
-    # g1's explicit-Euler CPU library (about 100 CPU s) under GRID_FULL_SWEEP=1 only, as test_integrator's;
-    # float32 on the CPU (a library each) there too, judged as the emulated launches
-    methods = ("explicit_euler", "semi_implicit_euler") if FULL_SWEEP or name != "g1" else ("semi_implicit_euler",)
+    # float32 on the CPU (a library each) under GRID_FULL_SWEEP=1, judged as the emulated launches
+    methods = ("explicit_euler", "semi_implicit_euler")
     M = ref.crba(q)
     for method in methods:
         expected = ref.integrator_gradient(q, qd, tau, DT, method, f_ext)
@@ -187,7 +189,7 @@ def test_equals_central_differences_of_the_generated_integrator(name, method, rn
         assert_close(g, e, 1e-6, f"{name} {method}: {what}")
 
 
-@pytest.mark.parametrize("name", ["iiwa14", "go2", "g1"])
+@pytest.mark.parametrize("name", PINOCCHIO_ROBOTS)
 def test_equals_pinocchios_aba_derivatives_and_dintegrate(name, rng):
     """Semi-implicit Euler composed from Pinocchio: computeABADerivatives (d qdd / d q, d qdd / d v,
     Minv, qdd) and dIntegrate at v = dt qd_next (ARG0, ARG1).  Not on a mimic robot: Pinocchio 4.1's
@@ -256,7 +258,7 @@ def test_rk4_equals_the_reference(kind, name, spill, dtype, rng):
                    [NAMES[k] for k in (0, 1, 2, 4, 5)])
 
 
-@pytest.mark.parametrize("name", [n for n in SAMPLE if rk4_gradient_on_cpu(n)])
+@pytest.mark.parametrize("name", SAMPLE)
 def test_rk4_cpu_build(name, rng):
     robot = load(name)
     q, qd, tau, f_ext = _inputs(robot, rng)
@@ -267,7 +269,7 @@ def test_rk4_cpu_build(name, rng):
                1e-9, f"{name} rk4 cpu f_ext={f is not None}")
 
 
-@pytest.mark.parametrize("name", ["iiwa14", "go2", "g1"])
+@pytest.mark.parametrize("name", PINOCCHIO_ROBOTS)
 def test_rk4_equals_central_differences_of_a_hand_written_rk4_on_pinocchio(name, rng):
     """The generated RK4 gradient against central differences of RK4 written on Pinocchio (its
     forward dynamics at each stage, ``integrate`` placing the stages; tests/pin_bridge.py): ``q``

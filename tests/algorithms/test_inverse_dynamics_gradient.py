@@ -3,7 +3,7 @@ computeRNEADerivatives and finite differences in test_inverse_dynamics_gradient_
 on every backend of the generated code: host emulation (CI) and the GPU (RobotHandle, `gpu`
 marker).
 
-CI's sample of robots (every bundled robot and 4 example-robot-data robots, tests/generated.py
+CI's sample of robots (the bundled robots but g1 and 4 example-robot-data robots, tests/generated.py
 SAMPLE_ROBOTS: fixed and floating, mimic and continuous joints; all 14 CODEGEN_ROBOTS with
 GRID_FULL_SWEEP=1); float64 at rel 1e-9, float32 at rel 1e-4; with and without f_ext; both layouts, every
 tier, and the deepest spill rung forced.

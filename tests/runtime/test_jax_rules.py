@@ -22,10 +22,11 @@ from grid_core import Reference  # noqa: E402
 from grid_core.algorithm import INTEGRATION_METHODS  # noqa: E402
 from grid_core.runtime.derivatives import gradient_backend, registered_rules, second_order_backend  # noqa: E402
 
-from tests.generated import (DIFFERENTIABLE_PARAMS, SECOND_ORDER_IN_LIBRARY, differentiable_call,  # noqa: E402
-                             differentiable_inputs, gradient_gpu_handle, gradient_handle, integrator_handle)
+from tests.generated import (DERIVATIVE_ROBOTS, DIFFERENTIABLE_PARAMS, SECOND_ORDER_IN_LIBRARY,  # noqa: E402
+                             differentiable_call, differentiable_inputs, gradient_gpu_handle, gradient_handle,
+                             integrator_handle)
 
-ROBOTS = ["iiwa14", "go2", "g1"]
+ROBOTS = DERIVATIVE_ROBOTS  # iiwa14 and go2; g1 too under GRID_FULL_SWEEP=1
 RULES = registered_rules()
 B = 2
 
