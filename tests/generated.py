@@ -60,13 +60,13 @@ floating base in CI; g1 too, a humanoid, under GRID_FULL_SWEEP=1 (its CPU librar
 the integration family and the second derivatives, took 727 CPU s of CI's 70 minutes in session 45)."""
 SECOND_ORDER_IN_LIBRARY = ["g1"]
 """The DERIVATIVE_ROBOTS (g1 is one under GRID_FULL_SWEEP=1) whose CPU library holds the kernels of the
-second derivatives too (idsva_so, in its loop form on g1, fdsva_so and the end-effector pose Hessian): g1's second-derivative tests (PyTorch
-gradgradcheck, JAX check_grads of order 2) call them from it, where a library of their own would be a
-second build of the humanoid; iiwa14's and go2's handles build theirs on the first second derivative (the
-lazy build those tests assert: idsva_so and fdsva_so, and the pose Hessian on go2, which CI builds on
-CPU_GRADIENT_SAMPLE only).  Cold builds, same machine and cache: g1's library 154 CPU s with idsva_so alone,
-203 with fdsva_so and the pose Hessian too; go2's second-order library 31 CPU s (idsva_so) against 51,
-iiwa14's 39 either way (fdsva_so composes idsva_so's code)."""
+second derivatives too (idsva_so, in its loop form on g1, fdsva_so and the end-effector pose Hessian):
+g1's second-derivative tests (PyTorch gradgradcheck, JAX check_grads of order 2) call them from it, where
+a library of their own would be a second build of the humanoid; iiwa14's and go2's handles build theirs on
+the first second derivative (the lazy build those tests assert: idsva_so and fdsva_so, and the pose
+Hessian on go2, which CI builds on CPU_GRADIENT_SAMPLE only).  Cold builds, same machine and cache:
+g1's library 154 CPU s with idsva_so alone, 203 with fdsva_so and the pose Hessian too; go2's second-order
+library 31 CPU s (idsva_so) against 51, iiwa14's 39 either way (fdsva_so composes idsva_so's code)."""
 CPU_GRADIENT_SAMPLE = NVCC_SAMPLE
 """CI's sample for the gradients on the CPU in both precisions (g++ -O3 of a humanoid's gradients takes
 minutes); every robot with GRID_FULL_SWEEP=1."""

@@ -17,8 +17,8 @@ import pytest
 from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
-from tests.generated import (BACKENDS, TOL, backend, backend_cases, check_ring_batch, check_ring_forms, check_staged_batch,
-                             large_robot_cases, launches)
+from tests.generated import (BACKENDS, TOL, backend, backend_cases, check_ring_batch, check_ring_forms,
+                             check_staged_batch, large_robot_cases, launches)
 
 N = 5
 CASES = backend_cases()

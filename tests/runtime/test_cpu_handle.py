@@ -110,19 +110,17 @@ def test_float32_and_gravity(name, rng):
     for algorithm in algorithms_of(name, np.float32):
         alg = grid_core.algorithms()[algorithm]
         x = state_inputs(alg, robot, rng)
-        out = getattr(handle, algorithm)(**x)
-        assert all(o.dtype == np.float32 for o in (out if isinstance(out, tuple) else (out,)))
-        expected = getattr(ref, algorithm)(**x)
+        run = functools.partial(getattr(handle, algorithm), **x)
+        expected = functools.partial(getattr(ref, algorithm), **x)
         if algorithm == "forward_dynamics_gradient":  # judged as its own tests judge it: M X = -dtau
+            out = run()
             M = ref.crba(x["q"])
             dtau = ref.inverse_dynamics_gradient(x["q"], x["qd"], ref.forward_dynamics(**x), x.get("f_ext"))
             for k in range(2):
-                assert_solves(out[k], expected[k], M, -dtau[k], np.float32, f"{name} {algorithm} float32")
-            continue
-        if algorithm == "operational_space_inertia":  # an inverse: judged by its own tests' rule
-            judge_inertia(robot, x["q"], out, expected, np.float32, f"{name} {algorithm} float32")
-            continue
-        assert_close(out, expected, TOL[np.float32], f"{name} {algorithm} float32")
+                assert_solves(out[k], expected()[k], M, -dtau[k], np.float32, f"{name} {algorithm} float32")
+        else:  # the reference's refusal word for word (atlas's head frame: too few joints for six rows)
+            out = same(algorithm, robot, run, expected, x, np.float32, f"{name} {algorithm} float32")
+        assert out is None or all(o.dtype == np.float32 for o in (out if isinstance(out, tuple) else (out,)))
     x = state_inputs(grid_core.algorithms()["inverse_dynamics"], robot, rng)
     assert_close(cpu(name).inverse_dynamics(**x, gravity=g), ref.inverse_dynamics(**x, gravity=g), 1e-9)
 
