@@ -42,11 +42,18 @@ builds those).  The floating base is hyq: its unit took 139 s in the full sweep 
 NVCC_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else NVCC_SAMPLE
 SWEEP_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else SAMPLE_ROBOTS
 """The robots of the checks that run on CI's sample (every robot under GRID_FULL_SWEEP=1)."""
-NVCC_GRADIENT_SAMPLE = ["iiwa14", "erd:double_pendulum_continuous"]
-"""CI's nvcc check of the gradients (every tier, both precisions, both rungs): nvcc -O3 of the
-forward-dynamics gradient, which inlines forward dynamics, minv and the inverse-dynamics
-gradient into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here; every robot
-under GRID_FULL_SWEEP=1."""
+NVCC_GRADIENT_SAMPLE = (["iiwa14", "hyq", "go2", "erd:panda", "erd:ur5_robot", "erd:double_pendulum_continuous",
+                         "erd:solo12", "erd:anymal_c_simple/anymal"] if FULL_SWEEP
+                        else ["iiwa14", "erd:double_pendulum_continuous"])
+"""The robots of the nvcc check of the gradients (every tier, both precisions, both rungs): nvcc -O3 of
+the forward-dynamics gradient, which inlines forward dynamics, minv and the inverse-dynamics gradient
+into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here.  CI: the arm and the double
+pendulum.  GRID_FULL_SWEEP=1: every arm and quadruped (fixed and floating bases, a mimic finger,
+continuous joints), not the humanoids atlas, g1, talos_reduced and simple_humanoid nor the large mimic
+robots pr2 and tiago_pro: their light units alone took 10 to 48 minutes of nvcc each in the sweep of
+session 45 (iiwa14's 1.5), and each robot's four gradient units, each larger than its light unit (iiwa14:
+103 to 142 s), would add tens of CPU hours on two cores.  atlas's and g1's gradients are compiled, and
+run, on the GPU by benchmarks/gpu_check.sh (GPU_ROBOTS)."""
 GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient", "end_effector_pose_hessian", "integrator_gradient")
 """The heavy derivatives, compiled with nvcc and run on the CPU backend on CI's samples only."""
 INTEGRATOR_SAMPLE = CODEGEN_ROBOTS if FULL_SWEEP else ["iiwa14", "go2", "erd:panda"]
@@ -89,8 +96,8 @@ def emitted() -> list[str]:
 
 def nvcc_algorithms(name: str) -> list[str]:
     """What the nvcc check compiles for robot ``name``: every emitted algorithm, the gradients on
-    NVCC_GRADIENT_SAMPLE (every robot of NVCC_ROBOTS under GRID_FULL_SWEEP=1)."""
-    return [a for a in emitted() if a not in GRADIENTS or FULL_SWEEP or name in NVCC_GRADIENT_SAMPLE]
+    NVCC_GRADIENT_SAMPLE only."""
+    return [a for a in emitted() if a not in GRADIENTS or name in NVCC_GRADIENT_SAMPLE]
 
 
 @functools.cache

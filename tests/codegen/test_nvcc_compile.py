@@ -1,5 +1,5 @@
 """Level L3: the headers compile with nvcc for sm_90 (CI: tests.generated.NVCC_SAMPLE; every robot
-the emulated tests prove with GRID_FULL_SWEEP=1), every emitted
+the emulated tests prove with GRID_FULL_SWEEP=1; the gradients on NVCC_GRADIENT_SAMPLE), every emitted
 algorithm's every tier and both precisions instantiated, at rung 0 and with the deepest spill
 rung forced (both headers in one translation unit, in two namespaces; a robot's light algorithms
 in one unit, each heavy derivative in its own).  The calls are made
@@ -104,10 +104,11 @@ def test_headers_compile_for_sm90_at_every_tier(name, algorithms, tmp_path):
     compiles_at_every_tier(load(name), algorithms, tmp_path)
 
 
-RK4_NVCC_ROBOTS = NVCC_ROBOTS if FULL_SWEEP else ["erd:double_pendulum_continuous"]
+RK4_NVCC_ROBOTS = ["erd:double_pendulum_continuous"] + (["iiwa14", "hyq"] if FULL_SWEEP else [])
 """The robots whose integrator gradient generated for RK4 (the forward-dynamics gradient inlined at
-four stages) nvcc compiles: CI's smallest (its nvcc check at its time limit), every robot under
-GRID_FULL_SWEEP=1."""
+four stages) nvcc compiles: CI's smallest (its nvcc check at its time limit); a fixed arm and a floating
+quadruped too under GRID_FULL_SWEEP=1 (each unit holds four of the gradient's stages: on a larger robot
+hours of nvcc on two cores; the GPU check builds it on GPU_ROBOTS)."""
 
 
 @pytest.mark.parametrize("name", RK4_NVCC_ROBOTS)
