@@ -16,9 +16,10 @@ tensors, both layouts (40x inside the bound).
 
 Above LOOP_CELLS written cells the contractions are loops over baked tables (the contractions
 option, 'auto'): atlas (30 dofs, 8814 cells), the humanoid of the sample, runs in that form at
-rung 0 and the deepest rung in both precisions, on the CPU backend too, and against central
-differences of Pinocchio's first derivatives; iiwa14 with the loops forced checks the form on a
-chain whose constants the unrolled form folds (the loops read them from the stored arrays).
+rung 0 and the deepest rung in both precisions; iiwa14 with the loops forced checks the form on a
+chain whose constants the unrolled form folds (the loops read them from the stored arrays).  On the
+CPU backend the loop form (hyq with the loops forced; atlas under GRID_FULL_SWEEP=1) is held to the
+reference and to central differences of Pinocchio's first derivatives.
 
 GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS robot (the five bundled ones and nine of example-robot-data:
 the humanoids talos_reduced, 38 dofs, and simple_humanoid; the mimic robots panda, pr2, tiago_pro) at
@@ -117,45 +118,54 @@ def test_idsva_so_cpu_handle(name, rng):
 
 
 @functools.cache
-def cpu_handle(name: str, dtype=np.float64):
+def cpu_handle(name: str, dtype=np.float64, loops: bool = False):
     from grid_core import CpuHandle
 
-    handle = CpuHandle(load(name), ["idsva_so"], dtype, threads=2, quiet=True)
+    handle = CpuHandle(load(name), ["idsva_so"], dtype, threads=2, quiet=True, **(LOOPS if loops else {}))
     handle.set_poison(True)
     return handle
 
 
-def test_idsva_so_cpu_handle_humanoid(rng):
-    """atlas (30 dofs: the loop form) on the CPU backend equals the reference, and central differences
+LOOP_FORM_CPU = ("atlas", False) if FULL_SWEEP else ("hyq", True)
+"""The CPU checks of the loop form, ``(robot, whether the loops are forced)``: atlas (30 dofs: the loops by
+its cells) under GRID_FULL_SWEEP=1; in CI hyq with the loops forced (a tree of four legs, its tensors
+mostly structural zeros as a humanoid's): atlas's CPU library of idsva_so took 307 CPU s of CI's
+compilation, and its loop form runs in emulation there at both rungs and precisions."""
+
+
+def test_idsva_so_cpu_handle_loop_form(rng):
+    """The loop form on the CPU backend (LOOP_FORM_CPU) equals the reference, and central differences
     of Pinocchio's first derivatives (computeRNEADerivatives along the tangent of q and along qd, crba
     along q: the reference test's steps and tolerance, see test_idsva_so_reference.py)."""
     from grid_core.testing import central_fd, tangent_fd
     from tests.algorithms.second_order_support import pin_crba, pin_rnea_derivatives
 
-    robot = load("atlas")
-    cpu = cpu_handle("atlas")
+    name, loops = LOOP_FORM_CPU
+    robot = load(name)
+    cpu = cpu_handle(name, loops=loops)
     q, qd, qdd, f_ext = _states(robot, rng, 9)  # not a multiple of the SIMD lanes
     got = cpu.idsva_so(q, qd, qdd, f_ext)
     for x, e in zip(got, Reference(robot).idsva_so(q, qd, qdd, f_ext)):
-        assert_close(x, e, 1e-9, "atlas cpu")
+        assert_close(x, e, 1e-9, f"{name} cpu")
     d2q, d2qd, dqdqd, dM = (x[0] for x in got)
     q, qd, qdd, f = q[0], qd[0], qdd[0], f_ext[0]
     by_q = tangent_fd(robot, lambda x: np.stack(pin_rnea_derivatives(robot, x, qd, qdd, f)), q, 1e-5)
     by_qd = central_fd(lambda x: np.stack(pin_rnea_derivatives(robot, q, x, qdd, f)), qd, 0.1)
-    assert_close(d2q, by_q[0], 1e-6, "atlas: d2tau_dq2 vs Pinocchio")
-    assert_close(d2qd, by_qd[1], 1e-6, "atlas: d2tau_dqd2 vs Pinocchio")
-    assert_close(dqdqd, by_qd[0], 1e-6, "atlas: d2tau_dqdqd vs Pinocchio")
-    assert_close(dM, tangent_fd(robot, lambda x: pin_crba(robot, x), q, 1e-5), 1e-6, "atlas: dM_dq vs Pinocchio")
+    assert_close(d2q, by_q[0], 1e-6, f"{name}: d2tau_dq2 vs Pinocchio")
+    assert_close(d2qd, by_qd[1], 1e-6, f"{name}: d2tau_dqd2 vs Pinocchio")
+    assert_close(dqdqd, by_qd[0], 1e-6, f"{name}: d2tau_dqdqd vs Pinocchio")
+    assert_close(dM, tangent_fd(robot, lambda x: pin_crba(robot, x), q, 1e-5), 1e-6, f"{name}: dM_dq vs Pinocchio")
 
 
 def test_keep_zeros_writes_the_computed_cells_alone(rng):
-    """``keep_zeros=True`` with ``out=`` on the CPU backend (atlas, the loop form, two worker threads,
-    poison on): the cells the kernels compute are written, bit for bit those of a plain call, and
+    """``keep_zeros=True`` with ``out=`` on the CPU backend (the loop form, LOOP_FORM_CPU, two worker
+    threads, poison on): the cells the kernels compute are written, bit for bit those of a plain call, and
     every other cell keeps what ``out=`` held (a sentinel), the same cells for every state and
     sentinel, each a zero of the plain call; from zeros the whole result equals the reference.
     Without ``out=`` it is refused."""
-    robot = load("atlas")
-    cpu = cpu_handle("atlas")
+    name, loops = LOOP_FORM_CPU
+    robot = load(name)
+    cpu = cpu_handle(name, loops=loops)
     q, qd, qdd, f_ext = _states(robot, rng, 9)
     plain = cpu.idsva_so(q, qd, qdd, f_ext)
     left = []
@@ -170,12 +180,12 @@ def test_keep_zeros_writes_the_computed_cells_alone(rng):
         left.append([k[0] for k in kept])
     for a, b in zip(*left):
         assert np.array_equal(a, b)
-    # atlas's tensors are mostly structural zeros, which the call left alone
+    # the tensors of a humanoid or a tree of legs are mostly structural zeros, which the call left alone
     assert sum(k.sum() for k in left[0]) > 0.8 * sum(k.size for k in left[0])
     zeros = tuple(np.zeros(x.shape) for x in plain)
     cpu.idsva_so(q, qd, qdd, f_ext, out=zeros, keep_zeros=True)
     for x, e in zip(zeros, Reference(robot).idsva_so(q, qd, qdd, f_ext)):
-        assert_close(x, e, 1e-9, "atlas cpu keep_zeros from zeros")
+        assert_close(x, e, 1e-9, f"{name} cpu keep_zeros from zeros")
     with pytest.raises(InputError, match="keep_zeros=True needs out="):
         cpu.idsva_so(q, qd, qdd, f_ext, keep_zeros=True)
 
