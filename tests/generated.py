@@ -44,11 +44,12 @@ SWEEP_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else SAMPLE_ROBOTS
 """The robots of the checks that run on CI's sample (every robot under GRID_FULL_SWEEP=1)."""
 NVCC_GRADIENT_SAMPLE = (["iiwa14", "hyq", "go2", "erd:panda", "erd:ur5_robot", "erd:double_pendulum_continuous",
                          "erd:solo12", "erd:anymal_c_simple/anymal"] if FULL_SWEEP
-                        else ["iiwa14", "erd:double_pendulum_continuous"])
+                        else ["erd:double_pendulum_continuous"])
 """The robots of the nvcc check of the gradients (every tier, both precisions, both rungs): nvcc -O3 of
 the forward-dynamics gradient, which inlines forward dynamics, minv and the inverse-dynamics gradient
-into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here.  CI: the arm and the double
-pendulum.  GRID_FULL_SWEEP=1: every arm and quadruped (fixed and floating bases, a mimic finger,
+into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here.  CI: the double pendulum (every
+gradient kernel at every tier, both precisions and both rungs; iiwa14's four gradient units took 430 s
+of CI's nvcc in session 46, its light unit stays).  GRID_FULL_SWEEP=1: every arm and quadruped (fixed and floating bases, a mimic finger,
 continuous joints), not the humanoids atlas, g1, talos_reduced and simple_humanoid nor the large mimic
 robots pr2 and tiago_pro: their light units alone took 10 to 48 minutes of nvcc each in the sweep of
 session 45 (iiwa14's 1.5), and each robot's four gradient units, each larger than its light unit (iiwa14:
@@ -61,6 +62,10 @@ INTEGRATOR_SAMPLE = CODEGEN_ROBOTS if FULL_SWEEP else ["iiwa14", "go2", "erd:pan
 floating quadruped, a mimic arm; every CODEGEN_ROBOTS robot under GRID_FULL_SWEEP=1 (the humanoids
 among them: the integrator and its gradient compose the forward-dynamics gradient, minutes of g++ -O3
 on a humanoid)."""
+CPU_METHOD_SAMPLE = INTEGRATOR_SAMPLE if FULL_SWEEP else ["iiwa14"]
+"""The robots whose CPU build runs every integration method (explicit Euler and RK4 generate libraries of
+their own, 50 to 90 CPU s of g++ -O3 each on go2 and panda); the default method runs on the CPU on every
+INTEGRATOR_SAMPLE robot, from its CPU library."""
 DERIVATIVE_ROBOTS = ["iiwa14", "go2", "g1"] if FULL_SWEEP else ["iiwa14", "go2"]
 """The robots of the differentiable calls' tests (PyTorch gradcheck, JAX check_grads): a fixed arm and a
 floating base in CI; g1 too, a humanoid, under GRID_FULL_SWEEP=1 (its CPU library, holding the gradients,

@@ -5,7 +5,7 @@ the block layout and the per-state layout) and on the CPU backend.
 Each library holds idsva_so alone (it is not in the default set, Emitter.in_default_set: 25-40 s
 of host compilation a robot, rung and precision here), so CI's sample is small: iiwa14 (a chain: every
 triple of columns on one chain) at rung 0 and the deepest rung in both precisions, hyq (a fixed-base tree:
-the structural zeros of separate legs) at both rungs, panda (a mimic finger: the relaxed cells
+the structural zeros of separate legs) at rung 0, panda (a mimic finger: the relaxed cells
 summed onto the mimicked joint's) at rung 0; solo12 (a free-flyer: six columns on one body) at
 rung 0 (in the loop form now, 7720 cells: 105 s to build and run here, where its unrolled library
 alone took 265 s to compile).
@@ -16,7 +16,7 @@ tensors, both layouts (40x inside the bound).
 
 Above LOOP_CELLS written cells the contractions are loops over baked tables (the contractions
 option, 'auto'): atlas (30 dofs, 8814 cells), the humanoid of the sample, runs in that form at
-rung 0 and the deepest rung in both precisions; iiwa14 with the loops forced checks the form on a
+rung 0 (its LITE and MINIMAL tiers on deeper rungs) in both precisions; iiwa14 with the loops forced checks the form on a
 chain whose constants the unrolled form folds (the loops read them from the stored arrays).  On the
 CPU backend the loop form (hyq with the loops forced; atlas under GRID_FULL_SWEEP=1) is held to the
 reference and to central differences of Pinocchio's first derivatives.
@@ -49,7 +49,7 @@ N = 4
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 BOTH = (np.float64, np.float32)
 SHALLOW = ("rung0", "deepest-rung")
-CI = {"iiwa14": SHALLOW, "hyq": SHALLOW, "erd:panda": ("rung0",), "atlas": SHALLOW, "erd:solo12": ("rung0",)}
+CI = {"iiwa14": SHALLOW, "hyq": ("rung0",), "erd:panda": ("rung0",), "atlas": ("rung0",), "erd:solo12": ("rung0",)}
 """CI's emulated builds (tests/generated.py rung_cases), as the module docstring says; every
 CODEGEN_ROBOTS robot at every rung forced in turn in both precisions under GRID_FULL_SWEEP=1."""
 F32 = {"iiwa14", "atlas"}
