@@ -387,6 +387,9 @@ def emulated(name: str, spill: bool, dtype=np.float64):
 
 
 BACKENDS = [pytest.param("emulated", id="emulated"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]
+GRAVITY_ROBOTS = ["iiwa14", "atlas", "erd:pr2"] + (["g1"] if FULL_SWEEP else [])
+"""The robots of the checks of a gravity argument and a single state: a fixed arm, a humanoid, the large
+mimic robot (g1 too under GRID_FULL_SWEEP=1: its libraries are not in CI's sample)."""
 
 
 def large_robot_cases() -> list:

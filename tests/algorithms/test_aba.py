@@ -22,6 +22,7 @@ from grid_core import Reference
 from grid_core.testing import assert_close, random_state
 from tests.generated import (
     BACKENDS,
+    GRAVITY_ROBOTS,
     TOL,
     assert_solves,
     backend,
@@ -74,7 +75,7 @@ def test_forward_dynamics(kind, name, spill, rng):
             assert all(np.array_equal(x, block[0]) for x in block), f"{name}: the tiers' rungs disagree"
 
 
-@pytest.mark.parametrize("name", ["iiwa14", "atlas", "erd:pr2"])
+@pytest.mark.parametrize("name", GRAVITY_ROBOTS)
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_gravity_argument(kind, name, rng):
     robot = load(name)

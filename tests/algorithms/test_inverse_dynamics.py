@@ -17,7 +17,7 @@ from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, random_state
 
-from tests.generated import BACKENDS, backend, emulated, robot_cases
+from tests.generated import BACKENDS, GRAVITY_ROBOTS, backend, emulated, robot_cases
 
 TOL = {np.float64: 1e-9, np.float32: 1e-4}
 N = 6
@@ -45,7 +45,7 @@ def test_generated_equals_reference(kind, name, spill, rng):
                 assert_close(run.inverse_dynamics(q, qd, qdd, f_ext), expected_f, TOL[dtype], what + " f_ext")
 
 
-@pytest.mark.parametrize("name", ["iiwa14", "atlas", "erd:pr2"])
+@pytest.mark.parametrize("name", GRAVITY_ROBOTS)
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_single_state_and_gravity_and_auto_layout(kind, name, rng):
     robot = load(name)
