@@ -270,10 +270,11 @@ LONG_FIRST = ("robot-g1", "test_nvcc_compile.py", "robot-atlas", "test_idsva_so_
               "file-test_docs.py")
 """The longest units of work, longest first (g1's libraries, under GRID_FULL_SWEEP=1 only, the nvcc
 compilations of minutes each, atlas's (CI's humanoid), idsva_so's loop-form CPU build (on atlas under
-GRID_FULL_SWEEP=1: 300 CPU s, a test of its own), the large mimic robot, the docs build): they start ahead of pytest-xdist's order (most tests first,
-single tests last), so that the run ends on short units, both workers busy to the end.  CI's sample of
-robots (tests/generated.py SAMPLE_ROBOTS) holds no other humanoid: g1, talos_reduced, simple_humanoid and
-tiago_pro, whose libraries made their units long, are built under GRID_FULL_SWEEP=1 only."""
+GRID_FULL_SWEEP=1: 300 CPU s, a test of its own), the large mimic robot, the docs build): they start ahead of
+pytest-xdist's order (most tests first, single tests last), so that the run ends on short units, both workers
+busy to the end.  CI's sample of robots (tests/generated.py SAMPLE_ROBOTS) holds no other humanoid: g1,
+talos_reduced, simple_humanoid and tiago_pro, whose libraries made their units long, are built under
+GRID_FULL_SWEEP=1 only."""
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -34,6 +34,16 @@ humanoid: its libraries, 29 dofs and a free-flyer, took 1,500 CPU s of CI's comp
 CPU library alone 727), ur5 (a fixed arm), anymal (a quadruped), talos_reduced and simple_humanoid
 (humanoids) and tiago_pro (mimic joints), whose libraries (two emulated rungs and a CPU build each) took
 387 CPU s of CI's compilation."""
+SWEEP_ONLY_ROBOTS = ["g1"]
+"""The robots CI's samples leave to the full sweep wherever a check names its robots (g1: its libraries took
+1,500 CPU s of CI's compilation in session 45); :func:`and_in_the_sweep` adds them under GRID_FULL_SWEEP=1."""
+
+
+def and_in_the_sweep(robots: list[str]) -> list[str]:
+    """``robots`` (CI's choice for a check), with SWEEP_ONLY_ROBOTS added under GRID_FULL_SWEEP=1."""
+    return robots + (SWEEP_ONLY_ROBOTS if FULL_SWEEP else [])
+
+
 NVCC_SAMPLE = ["iiwa14", "erd:panda", "erd:double_pendulum_continuous", "erd:solo12"]
 """CI's nvcc check: a fixed arm, a mimic arm, continuous joints, a floating base (nvcc -O3 of the light
 algorithms at every tier, both precisions and both rungs takes minutes per humanoid; the GPU check
@@ -45,16 +55,16 @@ SWEEP_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else SAMPLE_ROBOTS
 NVCC_GRADIENT_SAMPLE = (["iiwa14", "hyq", "go2", "erd:panda", "erd:ur5_robot", "erd:double_pendulum_continuous",
                          "erd:solo12", "erd:anymal_c_simple/anymal"] if FULL_SWEEP
                         else ["erd:double_pendulum_continuous"])
-"""The robots of the nvcc check of the gradients (every tier, both precisions, both rungs): nvcc -O3 of
-the forward-dynamics gradient, which inlines forward dynamics, minv and the inverse-dynamics gradient
-into each of its kernels, took 411 s on solo12 and 181 s on iiwa14 here.  CI: the double pendulum (every
-gradient kernel at every tier, both precisions and both rungs; iiwa14's four gradient units took 430 s
-of CI's nvcc in session 46, its light unit stays).  GRID_FULL_SWEEP=1: every arm and quadruped (fixed and floating bases, a mimic finger,
-continuous joints), not the humanoids atlas, g1, talos_reduced and simple_humanoid nor the large mimic
-robots pr2 and tiago_pro: their light units alone took 10 to 48 minutes of nvcc each in the sweep of
-session 45 (iiwa14's 1.5), and each robot's four gradient units, each larger than its light unit (iiwa14:
-103 to 142 s), would add tens of CPU hours on two cores.  atlas's and g1's gradients are compiled, and
-run, on the GPU by benchmarks/gpu_check.sh (GPU_ROBOTS)."""
+"""The robots of the nvcc check of the gradients (every tier, both precisions, both rungs): nvcc -O3 of the
+forward-dynamics gradient, which inlines forward dynamics, minv and the inverse-dynamics gradient into each of
+its kernels, took 411 s on solo12 and 181 s on iiwa14 here.  CI: the double pendulum (every gradient kernel at
+every tier, both precisions and both rungs; iiwa14's four gradient units took 430 s of CI's nvcc in session
+46, its light unit stays).  GRID_FULL_SWEEP=1: every arm and quadruped (fixed and floating bases, a mimic
+finger, continuous joints), not the humanoids atlas, g1, talos_reduced and simple_humanoid nor the large mimic
+robots pr2 and tiago_pro: their light units alone took 10 to 48 minutes of nvcc each in the sweep of session
+45 (iiwa14's 1.5), and each robot's four gradient units, each larger than its light unit (iiwa14: 103 to 142
+s), would add tens of CPU hours on two cores.  atlas's and g1's gradients are compiled, and run, on the GPU by
+benchmarks/gpu_check.sh (GPU_ROBOTS)."""
 GRADIENTS = ("inverse_dynamics_gradient", "forward_dynamics_gradient", "end_effector_pose_hessian", "integrator_gradient")
 """The heavy derivatives, compiled with nvcc and run on the CPU backend on CI's samples only."""
 INTEGRATOR_SAMPLE = CODEGEN_ROBOTS if FULL_SWEEP else ["iiwa14", "go2", "erd:panda"]
@@ -66,7 +76,7 @@ CPU_METHOD_SAMPLE = INTEGRATOR_SAMPLE if FULL_SWEEP else ["iiwa14"]
 """The robots whose CPU build runs every integration method (explicit Euler and RK4 generate libraries of
 their own, 50 to 90 CPU s of g++ -O3 each on go2 and panda); the default method runs on the CPU on every
 INTEGRATOR_SAMPLE robot, from its CPU library."""
-DERIVATIVE_ROBOTS = ["iiwa14", "go2", "g1"] if FULL_SWEEP else ["iiwa14", "go2"]
+DERIVATIVE_ROBOTS = and_in_the_sweep(["iiwa14", "go2"])
 """The robots of the differentiable calls' tests (PyTorch gradcheck, JAX check_grads): a fixed arm and a
 floating base in CI; g1 too, a humanoid, under GRID_FULL_SWEEP=1 (its CPU library, holding the gradients,
 the integration family and the second derivatives, took 727 CPU s of CI's 70 minutes in session 45)."""
@@ -387,7 +397,7 @@ def emulated(name: str, spill: bool, dtype=np.float64):
 
 
 BACKENDS = [pytest.param("emulated", id="emulated"), pytest.param("gpu", id="gpu", marks=pytest.mark.gpu)]
-GRAVITY_ROBOTS = ["iiwa14", "atlas", "erd:pr2"] + (["g1"] if FULL_SWEEP else [])
+GRAVITY_ROBOTS = and_in_the_sweep(["iiwa14", "atlas", "erd:pr2"])
 """The robots of the checks of a gravity argument and a single state: a fixed arm, a humanoid, the large
 mimic robot (g1 too under GRID_FULL_SWEEP=1: its libraries are not in CI's sample)."""
 
@@ -396,7 +406,7 @@ def large_robot_cases() -> list:
     """``(kind, name)`` of the checks on robots whose nv x nv outputs are too large to stage whole (the
     ring kernels): host emulation on atlas (g1 too under GRID_FULL_SWEEP=1: its emulated library is
     not in CI's sample), the GPU on both humanoids.  Ids ``<robot>-<kind>``."""
-    out = [pytest.param("emulated", name, id=f"{name}-emulated") for name in ["atlas"] + (["g1"] if FULL_SWEEP else [])]
+    out = [pytest.param("emulated", name, id=f"{name}-emulated") for name in and_in_the_sweep(["atlas"])]
     return out + [pytest.param("gpu", name, id=f"{name}-gpu", marks=pytest.mark.gpu) for name in ("atlas", "g1")]
 
 

@@ -5,15 +5,15 @@ differences of Pinocchio's computeABADerivatives here too.
 
 Each library holds fdsva_so and what it composes (it is not in the default set,
 Emitter.in_default_set, like idsva_so): iiwa14 (a chain) at the default target and the deepest
-rung (every region forced into global memory), panda (a mimic finger) at the default target, go2 (a free-flyer:
-six columns on one body, the world-frame second derivatives not symmetric within them) at the
+rung (every region forced into global memory), panda (a mimic finger) at the default target, go2
+(a free-flyer: six columns on one body, the world-frame second derivatives not symmetric within them) at the
 default target (its LITE tier on rung 2, MINIMAL on the deepest), atlas (a humanoid, 30 dofs) at
 the default target: its four nv^3 tensors (864 KB) exceed shared memory, its tiers take rungs 2
 and 4, and the -Minv contraction and the right-hand sides are block-stride loops over
 the nv^3 cells (no code per cell: the header's bulk is the composed first-order callees, 4.8 MB
-of which idsva_so's loop form is 1.0 MB); the CPU backend on iiwa14 in float64.  Host compilation, CPU seconds of g++ on one core: an
-emulation library (both precisions) 21-23 on iiwa14 a rung, 34.6 on atlas, 41.5 on g1; the CPU
-builds take longer (go2's and panda's 36-85 a precision).  GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS
+of which idsva_so's loop form is 1.0 MB); the CPU backend on iiwa14 in float64.  Host compilation, CPU seconds
+of g++ on one core: an emulation library (both precisions) 21-23 on iiwa14 a rung, 34.6 on atlas, 41.5 on g1;
+the CPU builds take longer (go2's and panda's 36-85 a precision).  GRID_FULL_SWEEP=1: every CODEGEN_ROBOTS
 robot (the five bundled ones and nine of example-robot-data, the humanoids talos_reduced, 38 dofs,
 and simple_humanoid and the mimic robots panda, pr2 and tiago_pro among them) at every rung of the
 ladder forced in turn (the default target, the deepest rung, then the shared-memory target of each
@@ -59,8 +59,8 @@ LAUNCHES = [("block", 0), ("block", 1), ("block", 2), ("per_state", 0)]
 SHALLOW = ("rung0", "deepest-rung")
 CI = {"iiwa14": SHALLOW, "go2": ("rung0",), "erd:panda": ("rung0",), "atlas": ("rung0",)}
 """CI's emulated builds: iiwa14 (a chain) at the default target (every tier on rung 0 but MINIMAL) and the
-deepest rung, panda (a mimic finger) at the default target, go2 (a free-flyer: LITE on rung 2, MINIMAL on the deepest)
-and atlas (a humanoid, 30 dofs: its tensors above the shared-memory cap, its tiers on rungs 2 and 4)
+deepest rung, panda (a mimic finger) at the default target, go2 (a free-flyer: LITE on rung 2, MINIMAL on
+the deepest) and atlas (a humanoid, 30 dofs: its tensors above the shared-memory cap, its tiers on rungs 2 and 4)
 at the default target; every CODEGEN_ROBOTS robot at every rung forced in turn under
 GRID_FULL_SWEEP=1 (tests/generated.py rung_cases)."""
 CPU_ROBOTS = CODEGEN_ROBOTS if FULL_SWEEP else ["iiwa14"]

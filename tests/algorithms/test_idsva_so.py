@@ -16,8 +16,8 @@ tensors, both layouts (40x inside the bound).
 
 Above LOOP_CELLS written cells the contractions are loops over baked tables (the contractions
 option, 'auto'): atlas (30 dofs, 8814 cells), the humanoid of the sample, runs in that form at
-rung 0 (its LITE and MINIMAL tiers on deeper rungs) in both precisions; iiwa14 with the loops forced checks the form on a
-chain whose constants the unrolled form folds (the loops read them from the stored arrays).  On the
+rung 0 (its LITE and MINIMAL tiers on deeper rungs) in both precisions; iiwa14 with the loops forced
+checks the form on a chain whose constants the unrolled form folds (the loops read them from the stored arrays).  On the
 CPU backend the loop form (hyq with the loops forced; atlas under GRID_FULL_SWEEP=1) is held to the
 reference and to central differences of Pinocchio's first derivatives.
 

@@ -39,8 +39,7 @@ from grid_core.algorithm import INTEGRATION_METHODS
 from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_state
 from tests.generated import (CPU_METHOD_SAMPLE, EVERY_RUNG, FULL_SWEEP, INTEGRATOR_SAMPLE, TOL, gpu_rung_cases,
-                             integration_library,
-                             rung_cases)
+                             integration_library, rung_cases)
 from tests.pin_bridge import pin_step, to_pin_q
 
 SAMPLE = INTEGRATOR_SAMPLE

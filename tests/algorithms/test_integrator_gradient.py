@@ -44,12 +44,12 @@ from conftest import load
 from grid_core import Reference
 from grid_core.testing import assert_close, central_fd, random_state, tangent_fd
 from tests.generated import (CPU_METHOD_SAMPLE, EVERY_RUNG, FULL_SWEEP, GPU_ROBOTS, INTEGRATOR_SAMPLE, TOL,
-                             assert_solves, backend,
-                             gpu_rung_cases, integration_library, rung_cases)
+                             and_in_the_sweep, assert_solves, backend, gpu_rung_cases, integration_library,
+                             rung_cases)
 from tests.pin_bridge import pin_model, to_pin_q
 
 SAMPLE = INTEGRATOR_SAMPLE
-PINOCCHIO_ROBOTS = ["iiwa14", "go2"] + (["g1"] if FULL_SWEEP else [])
+PINOCCHIO_ROBOTS = and_in_the_sweep(["iiwa14", "go2"])
 """The robots of the checks against Pinocchio (its ABA derivatives and dIntegrate, a hand-written RK4 on
 it): a fixed arm and a free-flyer, g1 (a humanoid) too under GRID_FULL_SWEEP=1 (its emulated libraries
 are not in CI's sample)."""

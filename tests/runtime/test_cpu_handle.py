@@ -23,7 +23,7 @@ from grid_core.errors import InputError
 from grid_core.testing import assert_close, random_q
 
 from tests.algorithms.test_operational_space_inertia import judge as judge_inertia
-from tests.generated import FULL_SWEEP, SWEEP_ROBOTS, assert_solves, cpu_algorithms, emitted
+from tests.generated import SWEEP_ROBOTS, and_in_the_sweep, assert_solves, cpu_algorithms, emitted
 from tests.generated import cpu as generated_cpu
 
 EMITTED = [name for name in emitted() if not any(p.kind == "param" and p.default is None
@@ -99,7 +99,7 @@ def test_cpu_handle_equals_the_reference(name, algorithm, rng, general_calls):
     assert out is None or [o.shape for o in outs] == [p.shape for p in alg.outputs(robot)]
 
 
-@pytest.mark.parametrize("name", ["iiwa14", "atlas"] + (["g1"] if FULL_SWEEP else []))
+@pytest.mark.parametrize("name", and_in_the_sweep(["iiwa14", "atlas"]))
 def test_float32_and_gravity(name, rng):
     """The float32 library in every algorithm it holds on a fixed arm and a humanoid (g1 too under
     GRID_FULL_SWEEP=1), and the float64 one with another gravity."""
