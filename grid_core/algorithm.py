@@ -105,6 +105,10 @@ def dynamics_inputs(robot: Robot, third: str) -> tuple[Port, ...]:
 
 INTEGRATION_METHODS = ("semi_implicit_euler", "explicit_euler", "rk4")
 """The time-stepping schemes of the integration family (``method``)."""
+RK4_STAGES = (0.5, 0.5, 1.0)
+"""Where RK4's stages 2, 3 and 4 sit, as fractions of the step (the integration family's scheme)."""
+RK4_WEIGHTS = (2, 2, 1)
+"""Their weights in the step's sums (the first stage's is 1)."""
 
 
 def integration_inputs(robot: Robot) -> tuple[Port, ...]:
