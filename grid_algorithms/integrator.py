@@ -25,29 +25,25 @@ finite step the two differ by ``O(dt^2 |v_lin| |w|)``, and the integrator follow
 from __future__ import annotations
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.algorithm import DEFAULT_GRAVITY, check_integration_method, integration_inputs
+from grid_core.algorithm import DEFAULT_GRAVITY, RK4_STAGES, RK4_WEIGHTS, check_integration_method, integration_inputs
 from grid_core.arena import callee_rung, spill_ladder
 from grid_core.derivatives import Rule
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.lie_steps import move_steps, move_tables
+from grid_core.emit.stages import stage_loop
 from grid_core.emit.storage import local_declaration, regions, vector
 from grid_core.model import Robot
 from grid_core.model.lie import integrate
 from grid_core.review import ParallelismReview, done, not_applicable, todo
-
-RK4_STAGES = (0.5, 0.5, 1.0)
-"""Where RK4's stages 2, 3 and 4 sit, as fractions of the step."""
-RK4_WEIGHTS = (2, 2, 1)
-"""Their weights in the step's sums (the first stage's is 1)."""
-
 
 # -- code generation -------------------------------------------------------------------
 #
 # An orchestrator on one XImats load: forward dynamics' inner (by handle) at the state, then the
 # update per cell: each velocity, each joint coordinate adding its increment, a free-flyer's
 # [p; quat] by the exponential map (the framework's shared "lie" helpers).  RK4 calls the composed
-# inner four times, loading XImats again at each stage's configuration first.
+# inner four times, loading XImats again at each stage's configuration first (stages 2 to 4 in one
+# rolled loop, grid_core.emit.stages).
 
 
 def _fields(robot: Robot, method: str) -> tuple:
@@ -136,17 +132,22 @@ def _steps(layers, fd, a: dict, io: dict, local: bool) -> list:
     out = [n.Comment("RK4, stage 1: a1 = FD(q, qd)"),
            *fd_at(q, qd, acc),
            *each([n.Stmt(f"{sv}[i] = {qd}[i]"), n.Stmt(f"{sum_v}[i] = {qd}[i]"), n.Stmt(f"{sum_a}[i] = {acc}[i]")])]
-    for k, (c, w) in enumerate(zip(RK4_STAGES, RK4_WEIGHTS), 2):
-        out += [n.Comment(f"stage {k}: q{k} = q (+) {c} dt v{k - 1}, v{k} = qd + {c} dt a{k - 1}, a{k} = FD(q{k}, v{k})"),
-                *each([n.Stmt(f"{step}[i] = T({c}) * dt * {sv}[i]"), n.Stmt(f"{sv}[i] = {qd}[i] + T({c}) * dt * {acc}[i]"),
-                       n.Stmt(f"{sum_v}[i] += T({w}) * {sv}[i]")]),
+
+    def stage_k(cdt: str, w: str) -> list:  # stage k's statements (its c dt and weight: C++ names)
+        return [*each([n.Stmt(f"{step}[i] = {cdt} * {sv}[i]"), n.Stmt(f"{sv}[i] = {qd}[i] + {cdt} * {acc}[i]"),
+                       n.Stmt(f"{sum_v}[i] += {w} * {sv}[i]")]),
                 *sync,
                 *_move(layers, sq, q, step, local),
                 *sync,
                 *([] if local else [n.Comment("XImats at the stage's configuration, for the composed inner"),
                                     n.Stmt(f"load_update_XImats<T>(s_XI, {sq})"), n.Sync()]),
                 *fd_at(sq, sv, acc),
-                *each([n.Stmt(f"{sum_a}[i] += T({w}) * {acc}[i]")])]
+                *each([n.Stmt(f"{sum_a}[i] += {w} * {acc}[i]")])]
+
+    out += [n.Comment(f"stages 2, 3 and 4 at c = {', '.join(map(str, RK4_STAGES))} of the step, weights "
+                      f"{', '.join(map(str, RK4_WEIGHTS))}: q_k = q (+) c dt v_(k-1), v_k = qd + c dt a_(k-1), "
+                      "a_k = FD(q_k, v_k), in a rolled loop (the composed call once for the three)"),
+            *stage_loop(RK4_STAGES, RK4_WEIGHTS, stage_k)]
     return [*out,
             n.Comment("qd_next = qd + dt/6 (a1 + 2 a2 + 2 a3 + a4); q moves by dt/6 (v1 + 2 v2 + 2 v3 + v4)"),
             *each([n.Stmt(f"{io['qd_next']}[i] = {qd}[i] + dt / T(6) * {sum_a}[i]"),
@@ -208,8 +209,9 @@ with :math:`q \oplus v` Pinocchio's ``integrate`` (:math:`M \exp_6(v)` on a free
         P4=not_applicable("the state vectors are contiguous and read once; there is no structural "
                           "sparsity to compact"),
         notes="an orchestrator on one XImats load (forward_dynamics' inner, by handle; RK4 calls it four "
-              "times, loading XImats again at each stage's configuration); the method is fixed at generation "
-              "time (algorithm_options={'integrator': {'method': ...}}; a call with another builds its code)",
+              "times, loading XImats again at each stage's configuration, stages 2 to 4 in one rolled loop); "
+              "the method is fixed at generation time (algorithm_options={'integrator': {'method': ...}}; a "
+              "call with another builds its code)",
     )
 
     def inputs(self, robot: Robot):

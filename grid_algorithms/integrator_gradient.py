@@ -35,22 +35,17 @@ from __future__ import annotations
 import numpy as np
 
 from grid_core import Algorithm, Port, hookimpl
-from grid_core.algorithm import DEFAULT_GRAVITY, check_integration_method, integration_inputs
+from grid_core.algorithm import DEFAULT_GRAVITY, RK4_STAGES, RK4_WEIGHTS, check_integration_method, integration_inputs
 from grid_core.arena import callee_rung, spill_ladder
 from grid_core.emit import nodes as n
 from grid_core.emit.emitter import Emitter
 from grid_core.emit.lie_steps import move_steps, move_tables
+from grid_core.emit.stages import stage_loop
 from grid_core.emit.storage import local_declaration, regions, vector
 from grid_core.errors import CodegenError
 from grid_core.model import JointType, Robot
 from grid_core.model.lie import dintegrate, integrate
 from grid_core.review import ParallelismReview, done, not_applicable, todo
-
-RK4_STAGES = (0.5, 0.5, 1.0)
-"""Where RK4's stages 2, 3 and 4 sit, as fractions of the step (the integrator's scheme)."""
-RK4_WEIGHTS = (2, 2, 1)
-"""Their weights in the step's sums (the first stage's is 1)."""
-
 
 # -- code generation -------------------------------------------------------------------
 #
@@ -62,8 +57,9 @@ RK4_WEIGHTS = (2, 2, 1)
 # free-flyer's.  The per-state layout composes the per-state functions of the gradient, of
 # forward dynamics (for qdd, where a free-flyer needs the increment) and of minv.  RK4 calls the
 # composed gradient at each of its four stages (XImats loaded again at the stage's configuration,
-# placed by the framework's move q (+) v), carrying the stages' block rows Q_k, V_k, A_k in its own
-# fields and the weighted sums of the V_k and A_k in the outputs.
+# placed by the framework's move q (+) v; stages 2 to 4 in one rolled loop, grid_core.emit.stages),
+# carrying the stages' block rows Q_k, V_k, A_k in its own fields and the weighted sums of the V_k
+# and A_k in the outputs.
 
 
 def _free_flyers(robot: Robot) -> list[int]:
@@ -289,39 +285,44 @@ def _rk4_steps(layers, a: dict, io: dict, stage, qdd: str, minv: str, local: boo
                            *[n.Stmt(f"{q_out[b]}[k] = " + (eye if b == 1 else "T(0)")) for b in range(3)]]),
            *each("i", nv, [n.Stmt(f"{sv}[i] = {io['qd']}[i]"), n.Stmt(f"{sum_v}[i] = {io['qd']}[i]")]),
            *sync]
-    for k, (c, w) in enumerate(zip(RK4_STAGES, RK4_WEIGHTS), 2):
-        cdt = f"T({c}) * dt"
-        out += [
-            n.Comment(f"stage {k}: q{k} = q (+) {c} dt v{k - 1}, v{k} = qd + {c} dt a{k - 1} (a{k - 1}: the composed qdd)"),
-            *each("i", nv, [n.Stmt(f"{step}[i] = {cdt} * {sv}[i]"), n.Stmt(f"{sv}[i] = {io['qd']}[i] + {cdt} * {qdd}[i]"),
-                            n.Stmt(f"{sum_v}[i] += T({w}) * {sv}[i]")]),
+
+    def stage_k(cdt: str, w: str) -> list:  # stage k's statements (its c dt and weight: C++ names)
+        return [
+            *each("i", nv, [n.Stmt(f"{step}[i] = {cdt} * {sv}[i]"),
+                            n.Stmt(f"{sv}[i] = {io['qd']}[i] + {cdt} * {qdd}[i]"),
+                            n.Stmt(f"{sum_v}[i] += {w} * {sv}[i]")]),
             *sync,
             *move_steps(pfx, robot, sq, io["q"], step, local),
             *dintegrate_at_step(),
             *sync,
-            n.Comment(f"Q_{k} = Dq Q_1 + {c} dt Dv V_{k - 1} (dIntegrate at the stage's increment; P2: a cell a thread)"),
+            n.Comment("Q_k = Dq Q_1 + c dt Dv V_(k-1) (dIntegrate at the stage's increment; P2: a cell a thread)"),
             *each("k", nn, band(blk(Q), blk(V), cdt, True)),
             *sync,
-            n.Comment(f"V_{k} = V_1 + {c} dt A_{k - 1}; its weighted sum into the q_next outputs"),
+            n.Comment("V_k = V_1 + c dt A_(k-1); its weighted sum into the q_next outputs"),
             *each("k", nn, [cell, *[s for b in range(3) for s in (
                 n.Stmt(f"{at(V, b, 'k')} = " + (f"{eye} + " if b == 1 else "") + f"{cdt} * {at(A, b, 'k')}"),
-                n.Stmt(f"{q_out[b]}[k] += T({w}) * {at(V, b, 'k')}"))]]),
+                n.Stmt(f"{q_out[b]}[k] += {w} * {at(V, b, 'k')}"))]]),
             *([] if local else [n.Comment("XImats at the stage's configuration, for the composed inner"),
                                 n.Stmt(f"load_update_XImats<T>(s_XI, {sq})")]),
             *sync,
             *stage(sq, sv, G1, G2),
-            n.Comment(f"A_{k} = dqdd_dq Q_{k} + dqdd_dqd V_{k} + [0 0 Minv] (a cell, its three blocks, a thread); "
+            n.Comment("A_k = dqdd_dq Q_k + dqdd_dqd V_k + [0 0 Minv] (a cell, its three blocks, a thread); "
                       "its weighted sum into the qd_next outputs"),
             *each("k", nn, [cell,
                             n.Stmt("T acc0 = T(0), acc1 = T(0), acc2 = T(0)"),
                             n.For("int m = 0", f"m < {nv}", "++m", [
                                 n.Stmt(f"const T g1 = {G1}[r * {nv} + m], g2 = {G2}[r * {nv} + m]"),
-                                *[n.Stmt(f"acc{b} += g1 * {at(Q, b, f'm * {nv} + c')} + g2 * {at(V, b, f'm * {nv} + c')}")
-                                  for b in range(3)]]),
+                                *[n.Stmt(f"acc{b} += g1 * {at(Q, b, f'm * {nv} + c')} "
+                                         f"+ g2 * {at(V, b, f'm * {nv} + c')}") for b in range(3)]]),
                             n.Stmt(f"acc2 += {minv}[k]"),
                             *[s for b in range(3) for s in (n.Stmt(f"{at(A, b, 'k')} = acc{b}"),
-                                                              n.Stmt(f"{qd_out[b]}[k] += T({w}) * acc{b}"))]]),
+                                                              n.Stmt(f"{qd_out[b]}[k] += {w} * acc{b}"))]]),
             *sync]
+
+    out += [n.Comment(f"stages 2, 3 and 4 at c = {', '.join(map(str, RK4_STAGES))} of the step, weights "
+                      f"{', '.join(map(str, RK4_WEIGHTS))}: q_k = q (+) c dt v_(k-1), v_k = qd + c dt a_(k-1) "
+                      "(a_(k-1): the composed qdd), in a rolled loop (the composed calls once for the three)"),
+            *stage_loop(RK4_STAGES, RK4_WEIGHTS, stage_k)]
     dt6 = "dt / T(6)"
     # the q_next rows in place: a joint coordinate's cell from itself; a free-flyer's 6-row band, per
     # block and column, read whole into registers before it is written
@@ -410,7 +411,7 @@ each :math:`(D_q, D_v)` at its own increment (the stage's, then the step's).
                 "survives the product with Minv, nor of Q_k and V_k a stage"),
         notes="an orchestrator on one XImats load (forward_dynamics_gradient's inner, by handle; RK4 calls it "
               "four times, loading XImats again at each stage's configuration, placed by the framework's move "
-              "q (+) v); the method is fixed at generation time (algorithm_options={'integrator_gradient': "
+              "q (+) v, stages 2 to 4 in one rolled loop); the method is fixed at generation time (algorithm_options={'integrator_gradient': "
               "{'method': ...}}; a call with another builds its code)",
     )
 

@@ -308,15 +308,20 @@ def test_rk4_equals_central_differences_of_a_hand_written_rk4_on_pinocchio(name,
 
 
 def test_rk4_composes_the_gradient_by_handle_at_each_stage():
-    """RK4's inner: forward_dynamics_gradient's inner four times, XImats loaded at stages 2-4, the
-    stages placed by the framework's move (grid_exp6_xyzquat) and dIntegrate at each stage's and the
-    final increment."""
+    """RK4's inner: forward_dynamics_gradient's inner at stage 1, then stages 2-4 in one loop the
+    compilers keep rolled (grid_core.emit.stages: the composed inner written twice, not four times),
+    each loading XImats at its configuration, placed by the framework's move (grid_exp6_xyzquat), with
+    dIntegrate at its increment; dIntegrate again at the final increment."""
     from grid_core.composer import generate
 
     header = generate(load("go2"), ["integrator_gradient"], algorithm_options={"integrator_gradient": {"method": "rk4"}})
     start = header.index("__device__ void integrator_gradient_inner")
     inner = header[start:header.index("__device__ void integrator_gradient_device", start)]
-    assert inner.count("forward_dynamics_gradient_inner<T") == 4
-    assert inner.count("load_update_XImats<T>(s_XI, s_stage_q)") == 3
-    assert inner.count("grid_exp6_xyzquat(") == 3
-    assert inner.count("grid_dintegrate6(") == 4
+    loop = inner.index("#pragma unroll 1\n    for (int rk = 0; rk < 3; ++rk) {")
+    assert inner[:loop].count("forward_dynamics_gradient_inner<T") == 1
+    assert inner[loop:].count("forward_dynamics_gradient_inner<T") == 1
+    assert inner.count("load_update_XImats<T>(s_XI, s_stage_q)") == 1
+    assert inner.count("grid_exp6_xyzquat(") == 1
+    assert inner.count("grid_dintegrate6(") == 2
+    assert "const T rk_cdt = (rk == 0 ? T(0.5) : rk == 1 ? T(0.5) : T(1.0)) * dt;" in inner
+    assert "const T rk_w = rk == 0 ? T(2) : rk == 1 ? T(2) : T(1);" in inner

@@ -105,10 +105,10 @@ def test_headers_compile_for_sm90_at_every_tier(name, algorithms, tmp_path):
 
 
 RK4_NVCC_ROBOTS = ["erd:double_pendulum_continuous"] + (["iiwa14", "hyq"] if FULL_SWEEP else [])
-"""The robots whose integrator gradient generated for RK4 (the forward-dynamics gradient inlined at
-four stages) nvcc compiles: CI's smallest (its nvcc check at its time limit); a fixed arm and a
-fixed-base quadruped too under GRID_FULL_SWEEP=1 (each unit holds four of the gradient's stages: on a larger robot
-hours of nvcc on two cores; the GPU check builds it on GPU_ROBOTS)."""
+"""The robots whose integrator gradient generated for RK4 (the forward-dynamics gradient inlined twice:
+stage 1, and stages 2-4 in a rolled loop) nvcc compiles: CI's smallest (its nvcc check at its time limit);
+a fixed arm and a fixed-base quadruped too under GRID_FULL_SWEEP=1 (each unit holds two copies of the
+gradient: on a larger robot hours of nvcc on two cores; the GPU check builds it on GPU_ROBOTS)."""
 
 
 @pytest.mark.parametrize("name", RK4_NVCC_ROBOTS)
