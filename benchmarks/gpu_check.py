@@ -365,6 +365,11 @@ def _emitted() -> str:
 ALGORITHMS = [a for a in (os.environ.get("GRID_CHECK_ALGORITHMS") or _emitted()).split(",") if a]
 
 
+PARAM_ARGS = {"gravity": ("nullptr", "g::Gravity<T>()"), "dt": ("&param_dt<T>", "param_dt<T>")}
+"""Each param's argument to the launcher (a host pointer; nullptr: its default) and to the host
+wrapper (a value): the default gravity; the integration family's time step, 0.01 s."""
+
+
 def adapter(robot, algorithm: str, header: str = "") -> str:
     """adapter.h of src/bench.cu for one algorithm: its launcher, its per-state input and
     output sizes and its host wrapper, all from the layer generator's signature nodes.  A
@@ -378,7 +383,10 @@ def adapter(robot, algorithm: str, header: str = "") -> str:
     pfx = algorithm.upper()
     ins = [f"in[{k}]" for k in range(len(L.states))]
     args = ["out[0]" if len(L.outputs) == 1 else None]
-    args = [f"out[{k}]" for k in range(len(L.outputs))] + ins + ["nullptr"] * len(L.params)
+    unknown = [p.name for p in L.params if p.name not in PARAM_ARGS]
+    if unknown:
+        raise ValueError(f"{algorithm}: bench.cu has no value for its param(s) {unknown} (PARAM_ARGS)")
+    args = [f"out[{k}]" for k in range(len(L.outputs))] + ins + [PARAM_ARGS[p.name][0] for p in L.params]
     host = getattr(L, "host", None)
     host_call = "(void)hd; (void)model; (void)n; (void)b; (void)t; (void)streams;"
     # the host layer's inputs as the launcher takes them (q and qd from h_q_qd, the third from
@@ -387,7 +395,7 @@ def adapter(robot, algorithm: str, header: str = "") -> str:
     copy_n = 0
     if host is not None:
         targs = ", ".join(["T"] + ["true"] * (len(host.template) - 1))
-        params = "".join(", g::Gravity<T>()" for _ in L.params)
+        params = "".join(f", {PARAM_ARGS[p.name][1]}" for p in L.params)
         host_call = f"g::{algorithm}<{targs}>(hd, model{params}, n, b, t, streams);"
         src = {"q": ("h_q_qd", "g::NUM_POS + g::NUM_VEL", "0"), "qd": ("h_q_qd", "g::NUM_POS + g::NUM_VEL", "g::NUM_POS")}
         gather = []
@@ -407,6 +415,8 @@ def adapter(robot, algorithm: str, header: str = "") -> str:
         f"// adapter of benchmarks/src/bench.cu to {algorithm} (written by benchmarks/gpu_check.py)",
         "namespace ad {",
         f'static const char *ALGO = "{algorithm}";',
+        *(["template <typename T> static const T param_dt = T(0.01);  // the integration family's time step"]
+          if any(p.name == "dt" for p in L.params) else []),
         f"static constexpr int NUM_IN = {len(L.states)};",
         f"static constexpr size_t IN_SIZE[] = {{{', '.join(str(math.prod(p.shape)) for p in L.states)}}};",
         f"static constexpr bool IN_OPTIONAL[] = {{{', '.join('true' if p.optional else 'false' for p in L.states)}}};",
