@@ -209,10 +209,47 @@ def _has_option(alg: str, option: str) -> bool:
     return a.has_emitter() and option in attrs.fields_dict(a.emitter.Options)
 
 
-def _with_base(opts: dict) -> dict:
-    """Generate options of a variant: forward dynamics always by Minv (tau - bias) here, so that
-    this run times that method beside aba (the tune phase picks between the two)."""
+OSI = "operational_space_inertia"
+
+
+@functools.cache
+def osi_rows(name: str) -> str | None:
+    """The rows of the operational-space inertia that robot ``name``'s benches generate: ``"all"``
+    where each of its default (leaf) frames has one over six rows, else ``"linear"`` where each has
+    one over the three linear rows (atlas: its head), else None: some frame has none (hyq: its
+    lower legs, 3 dofs each), so the kernel's outputs there are NaN (the reference refuses the frame,
+    as the tests check) and the benches leave the algorithm out on that robot (:func:`benched`).
+    Judged by the reference at one random configuration."""
+    import numpy as np
+
+    import grid_core
+    from grid_core.errors import InputError
+    from grid_core.testing import random_q
+
+    robot = grid_core.load_robot(name)
+    q = random_q(robot, np.random.default_rng(0))
+    for rows in ("all", "linear"):
+        try:
+            grid_core.Reference(robot).operational_space_inertia(q, rows=rows)
+            return rows
+        except InputError:
+            pass
+    return None
+
+
+def benched(label: str) -> list:
+    """ALGORITHMS as variant ``label``'s benches build and run them: the operational-space inertia
+    left out on a robot whose frames have none (:func:`osi_rows`)."""
+    return [a for a in ALGORITHMS if a != OSI or osi_rows(label.split("-")[0]) is not None]
+
+
+def _with_base(opts: dict, name: str) -> dict:
+    """Generate options of a variant of robot ``name``: forward dynamics always by Minv (tau - bias)
+    here, so that this run times that method beside aba (the tune phase picks between the two); the
+    operational-space inertia over the rows :func:`osi_rows` picks."""
     algo = {"forward_dynamics": {"method": "minv"}} if "forward_dynamics" in ALGORITHMS else {}
+    if OSI in ALGORITHMS and osi_rows(name) == "linear":
+        algo[OSI] = {"rows": "linear"}
     for a, o in opts.get("algorithm_options", {}).items():
         algo[a] = {**algo.get(a, {}), **o}
     return {**opts, **({"algorithm_options": algo} if algo else {})}
@@ -303,14 +340,14 @@ def variants():
         out = [(r, r, {}) for r in ROBOTS] + (_occ_variants() if "occ" in modes else [])
         out += [(f"{r}-spill", r, {"target_shared_mem_bytes": 0}) for r in ROBOTS if "spill" in modes]
         out += [v for m in modes if m in AB_MODES for v in AB_MODES[m].variants()]
-        return [(label, r, _with_base(o)) for label, r, o in out]
+        return [(label, r, _with_base(o, r)) for label, r, o in out]
     bodies = {a: {"p1": "bodies"} for a in ALGORITHMS if _has_option(a, "p1")}
     for r in ROBOTS:
         out.append((r, r, {}))
         out.append((f"{r}-spill", r, {"target_shared_mem_bytes": 0}))
         out.append((f"{r}-bodies", r, {"algorithm_options": bodies}))
     out += _occ_variants() + [v for ab in AB_MODES.values() for v in ab.variants()]
-    return [(label, r, _with_base(o)) for label, r, o in out]
+    return [(label, r, _with_base(o, r)) for label, r, o in out]
 
 
 def _modes() -> list:
@@ -370,16 +407,17 @@ PARAM_ARGS = {"gravity": ("nullptr", "g::Gravity<T>()"), "dt": ("&param_dt<T>", 
 wrapper (a value): the default gravity; the integration family's time step, 0.01 s."""
 
 
-def adapter(robot, algorithm: str, header: str = "") -> str:
+def adapter(robot, algorithm: str, header: str = "", options: dict | None = None) -> str:
     """adapter.h of src/bench.cu for one algorithm: its launcher, its per-state input and
-    output sizes and its host wrapper, all from the layer generator's signature nodes.  A
+    output sizes and its host wrapper, all from the layer generator's signature nodes (of the
+    header's generate ``options``: the operational-space inertia's rows size its output).  A
     previous generator's header (``header``, its text) that predates the spread launch gets
     the packed one."""
     import math
 
     from grid_core.composer import Composer, GenerateOptions
 
-    L = Composer(robot, GenerateOptions()).layers(algorithm)
+    L = Composer(robot, GenerateOptions(**(options or {}))).layers(algorithm)
     pfx = algorithm.upper()
     ins = [f"in[{k}]" for k in range(len(L.states))]
     args = ["out[0]" if len(L.outputs) == 1 else None]
@@ -451,11 +489,12 @@ def adapter(robot, algorithm: str, header: str = "") -> str:
     ])
 
 
-def _bench(d: Path, header: Path, algorithm: str, robot, label: str) -> Path:
-    """The bench binary of one algorithm over one header (src/bench.cu + its adapter)."""
+def _bench(d: Path, header: Path, algorithm: str, robot, label: str, options: dict | None = None) -> Path:
+    """The bench binary of one algorithm over one header generated with ``options`` (src/bench.cu +
+    its adapter)."""
     src = ROOT / "benchmarks" / "src" / "bench.cu"
     ad = d / f"adapter_{algorithm}.h"
-    ad.write_text(adapter(robot, algorithm, header.read_text()))
+    ad.write_text(adapter(robot, algorithm, header.read_text(), options))
     exe = d / f"bench_{algorithm}"
     _nvcc([*nvcc(), "-include", header, f'-DBENCH_ADAPTER="{ad}"', src, "-o", exe], exe, [header, ad, src],
           f"{label} {algorithm}")
@@ -490,10 +529,10 @@ def phase_build(state: dict) -> None:
         text = generate(robot, ALGORITHMS, **opts)
         if not hpath.exists() or hpath.read_text() != text:
             hpath.write_text(text)
-        for alg in ALGORITHMS:
+        for alg in benched(label):
             if _ab_algorithms(label) is not None and alg not in _ab_algorithms(label):
                 continue
-            jobs.append(lambda d=d, h=hpath, a=alg, r=robot, lb=label: _bench(d, h, a, r, lb))
+            jobs.append(lambda d=d, h=hpath, a=alg, r=robot, lb=label, o=opts: _bench(d, h, a, r, lb, o))
     # the previous generator's inverse dynamics (headers carried in BUILD/<robot>-prev), timed in the
     # same run: the layer generator must leave the kernel table unchanged within noise
     for name in ROBOTS if "inverse_dynamics" in ALGORITHMS else ():
@@ -631,7 +670,7 @@ def phase_sanitize(state: dict) -> None:
     # GRID_CHECK_SANITIZE_JOBS: sanitizer processes at once (each checks its own binary; the GPU is
     # shared, which the checks do not time)
     jobs = [(label, alg, tool) for label in [x for r in ROBOTS for x in (r, f"{r}-spill") if x in built]
-            for alg in ALGORITHMS for tool in ("memcheck", "racecheck")]
+            for alg in benched(label) for tool in ("memcheck", "racecheck")]
     with ThreadPoolExecutor(max_workers=int(os.environ.get("GRID_CHECK_SANITIZE_JOBS", "1"))) as pool:
         for f in [pool.submit(one, *j) for j in jobs]:
             f.result()
@@ -669,7 +708,7 @@ def _tiers(label: str, alg: str, repeats: int) -> list:
 def phase_time(state: dict, repeats: int) -> None:
     rows, tiers = [], []
     for label in ROBOTS:
-        for alg in ALGORITHMS:
+        for alg in benched(label):
             rows += _time(label, alg, repeats, SIZES)
             tiers += _tiers(label, alg, max(5, repeats // 2)) if TIER_SIZES else []
             state["time"], state["tiers"] = list(rows), list(tiers)
@@ -684,20 +723,20 @@ def phase_time(state: dict, repeats: int) -> None:
     # P1 A/B: the per-body sweep form, block layout, at the batch sizes of the block regime
     built = {label for label, _, _ in variants()}
     for r in ROBOTS:
-        for alg in ALGORITHMS:
+        for alg in benched(r):
             if f"{r}-bodies" in built:
                 rows += _time(f"{r}-bodies", alg, repeats, (1, 256, 1024))
     # per-state occupancy A/B (launch bounds min blocks), every algorithm, large batches
     for r in OCC_ROBOTS:
         for occ in OCCUPANCIES:
             if f"{r}-occ{occ}" in built:
-                for alg in ALGORITHMS:
+                for alg in benched(r):
                     rows += [x for x in _time(f"{r}-occ{occ}", alg, repeats, (4096, 16384, 262144, 1048576))
                              if x["layout"] == "per_state"]
         # block occupancy A/B (the TIER_SHARED block kernels' launch bounds), the block layout's sizes
         for occ in BLOCK_OCCUPANCIES:
             if f"{r}-bocc{occ}" in built:
-                for alg in ALGORITHMS:
+                for alg in benched(r):
                     rows += [x for x in _time(f"{r}-bocc{occ}", alg, repeats, BLOCK_OCC_SIZES) if x["layout"] == "block"]
     # the A/Bs of AB_MODES: each form's per-state kernels at every size
     for r in ROBOTS:
@@ -736,7 +775,7 @@ def phase_flops(state: dict) -> None:
 
     out = {"n": FLOPS_N, "fp32_peak_flops": fp32_peak(), "per_state": {}}
     for label in ROBOTS:
-        for alg in ALGORITHMS:
+        for alg in benched(label):
             n = FLOPS_N if fits(label, alg, FLOPS_N) else 4096
             res = run(["ncu", "--csv", "--metrics", ",".join(FLOP_METRICS), BUILD / label / f"bench_{alg}", "once",
                        "--sizes", n])
