@@ -144,10 +144,8 @@ def _steps(layers, fd, a: dict, io: dict, local: bool) -> list:
                 *fd_at(sq, sv, acc),
                 *each([n.Stmt(f"{sum_a}[i] += {w} * {acc}[i]")])]
 
-    out += [n.Comment(f"stages 2, 3 and 4 at c = {', '.join(map(str, RK4_STAGES))} of the step, weights "
-                      f"{', '.join(map(str, RK4_WEIGHTS))}: q_k = q (+) c dt v_(k-1), v_k = qd + c dt a_(k-1), "
-                      "a_k = FD(q_k, v_k), in a rolled loop (the composed call once for the three)"),
-            *stage_loop(RK4_STAGES, RK4_WEIGHTS, stage_k)]
+    out += stage_loop(RK4_STAGES, RK4_WEIGHTS, stage_k, "q_k = q (+) c dt v_(k-1), v_k = qd + c dt a_(k-1), "
+                      "a_k = FD(q_k, v_k), in a rolled loop (the composed call once for the three)")
     return [*out,
             n.Comment("qd_next = qd + dt/6 (a1 + 2 a2 + 2 a3 + a4); q moves by dt/6 (v1 + 2 v2 + 2 v3 + v4)"),
             *each([n.Stmt(f"{io['qd_next']}[i] = {qd}[i] + dt / T(6) * {sum_a}[i]"),

@@ -319,10 +319,8 @@ def _rk4_steps(layers, a: dict, io: dict, stage, qdd: str, minv: str, local: boo
                                                               n.Stmt(f"{qd_out[b]}[k] += {w} * acc{b}"))]]),
             *sync]
 
-    out += [n.Comment(f"stages 2, 3 and 4 at c = {', '.join(map(str, RK4_STAGES))} of the step, weights "
-                      f"{', '.join(map(str, RK4_WEIGHTS))}: q_k = q (+) c dt v_(k-1), v_k = qd + c dt a_(k-1) "
-                      "(a_(k-1): the composed qdd), in a rolled loop (the composed calls once for the three)"),
-            *stage_loop(RK4_STAGES, RK4_WEIGHTS, stage_k)]
+    out += stage_loop(RK4_STAGES, RK4_WEIGHTS, stage_k, "q_k = q (+) c dt v_(k-1), v_k = qd + c dt a_(k-1) "
+                      "(a_(k-1): the composed qdd), in a rolled loop (the composed calls once for the three)")
     dt6 = "dt / T(6)"
     # the q_next rows in place: a joint coordinate's cell from itself; a free-flyer's 6-row band, per
     # block and column, read whole into registers before it is written
@@ -411,8 +409,8 @@ each :math:`(D_q, D_v)` at its own increment (the stage's, then the step's).
                 "survives the product with Minv, nor of Q_k and V_k a stage"),
         notes="an orchestrator on one XImats load (forward_dynamics_gradient's inner, by handle; RK4 calls it "
               "four times, loading XImats again at each stage's configuration, placed by the framework's move "
-              "q (+) v, stages 2 to 4 in one rolled loop); the method is fixed at generation time (algorithm_options={'integrator_gradient': "
-              "{'method': ...}}; a call with another builds its code)",
+              "q (+) v, stages 2 to 4 in one rolled loop); the method is fixed at generation time "
+              "(algorithm_options={'integrator_gradient': {'method': ...}}; a call with another builds its code)",
     )
 
     def inputs(self, robot: Robot):

@@ -17,18 +17,22 @@ from . import nodes as n
 
 
 def stage_loop(fractions: Sequence[float], weights: Sequence[float], body: Callable[[str, str], list],
-               dt: str = "dt", var: str = "rk") -> list:
+               what: str) -> list:
     """``body(cdt, w)`` (the statements of one stage, given the C++ names of its ``c dt`` and its
-    weight) once, in a loop over the stages of ``fractions`` and ``weights`` (``var`` = 0, 1, ...)
-    that the compilers leave rolled."""
+    weight) once, in a loop over the stages of ``fractions`` and ``weights`` (``rk`` = 0, 1, ...)
+    that the compilers leave rolled, under a comment naming the stages (numbered from 2: the
+    scheme's first stage is the caller's), their fractions and weights, then ``what``."""
     assert len(fractions) == len(weights) > 0, (fractions, weights)
 
     def pick(values) -> str:  # the stage's value: a chain of conditionals on the loop variable
-        return " : ".join([f"{var} == {k} ? T({v!r})" for k, v in enumerate(values[:-1])] + [f"T({values[-1]!r})"])
+        return " : ".join([f"rk == {k} ? T({v!r})" for k, v in enumerate(values[:-1])] + [f"T({values[-1]!r})"])
 
-    cdt, w = f"{var}_cdt", f"{var}_w"
-    return [n.Raw("#pragma unroll 1"),
-            n.For(f"int {var} = 0", f"{var} < {len(fractions)}", f"++{var}", [
-                n.Stmt(f"const T {cdt} = ({pick(fractions)}) * {dt}", comment="the stage's fraction of the step"),
-                n.Stmt(f"const T {w} = {pick(weights)}", comment="its weight in the step's sums"),
-                *body(cdt, w)])]
+    numbers = [str(k) for k in range(2, len(fractions) + 2)]
+    stages = numbers[0] if len(numbers) == 1 else f"{', '.join(numbers[:-1])} and {numbers[-1]}"
+    return [n.Comment(f"stages {stages} at c = {', '.join(map(str, fractions))} of the step, weights "
+                      f"{', '.join(map(str, weights))}: {what}"),
+            n.Raw("#pragma unroll 1"),
+            n.For("int rk = 0", f"rk < {len(fractions)}", "++rk", [
+                n.Stmt(f"const T rk_cdt = ({pick(fractions)}) * dt", comment="the stage's fraction of the step"),
+                n.Stmt(f"const T rk_w = {pick(weights)}", comment="its weight in the step's sums"),
+                *body("rk_cdt", "rk_w")])]
