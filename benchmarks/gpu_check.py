@@ -46,6 +46,8 @@ PEER_ROBOTS = os.environ.get("GRID_CHECK_PEER_ROBOTS", "iiwa14,go2,g1")
 PEER_SIZES = os.environ.get("GRID_CHECK_PEER_SIZES", "16,256,1024,4096,16384,65536")
 SIZES = [int(x) for x in os.environ.get("GRID_CHECK_SIZES", "1,16,64,256,1024,4096,16384,65536,262144,1048576").split(",")]
 ARCH = os.environ.get("GRID_CUDA_ARCH", "sm_90")
+BUILD_UNITS_PER_WORKER = 4
+"""GRID_BUILD_JOBS of each worker of the tests' build run (phase_tests)."""
 
 # ../shared/ANCHORS.md: upstream GRiD, µs.
 # §C kernel-only, upstream rebuilt on our H200 (float32, one block per state), per algorithm.
@@ -613,41 +615,55 @@ def phase_tests(state: dict) -> None:
     extra = os.environ.get("GRID_CHECK_TEST_K")
     select = ["-m", "gpu", "tests/gpu", "tests/runtime", *generated, "-p", "no:cacheprovider",
               "-k", "not erd" + (f" and ({extra})" if extra else "")]
-    # Robot by robot, side by side, each first building every library its tests load (conftest.py's
-    # GRID_GPU_BUILD_ONLY: each test builds its libraries and stops), then running them: a test
-    # worker would otherwise wait on each of its tests' builds in turn (a humanoid's gpu tests load
-    # nine libraries, each minutes of nvcc), and a robot's tests need not wait on another's builds
-    # (H100, session 43: atlas's 15 last tests were still waiting when the device time ended).
-    # Build workers x 2 units at once over the groups: as many units as GRID_BUILD_JOBS, else the
-    # cores and the memory, allow (build_jobs).  GRID_CHECK_TEST_WORKERS=N: pytest-xdist workers for
-    # a group's tests, handed out one at a time (--dist load; the CI default, --dist loadgroup, keeps
-    # a robot's tests on one worker)
+    # First every library the selected tests load, built in one run over all of them (conftest.py's
+    # GRID_GPU_BUILD_ONLY: each test builds its libraries and stops): a test worker would otherwise wait
+    # on each of its tests' builds in turn (a humanoid's gpu tests load nine libraries, each minutes of
+    # nvcc).  Then the tests, robot by robot, side by side.  The build run has pytest-xdist workers x
+    # GRID_BUILD_JOBS units (BUILD_UNITS_PER_WORKER) at once, twice the cores, no more than the memory
+    # holds at 4 GB a unit (GRID_CHECK_BUILD_UNITS overrides): a worker waiting on another's library (its
+    # lock) or on its own library's last long unit leaves its cores to the rest.  The 4 GB is above atlas's
+    # (its gradient units' cicc and ptxas seen under 1 GB on the H100); a humanoid's gradient unit reaches
+    # about 10 GB (grid_core.buildcache.UNIT_MEMORY_BYTES): for g1, 12 units.  H100, session 48: one build
+    # run per robot group, the memory-bound default of 12 units shared over the groups, ran 6 units at a
+    # time for atlas alone once the small group had finished, and had not built atlas's libraries after 27
+    # minutes.  GRID_CHECK_TEST_WORKERS=N: pytest-xdist workers for a group's tests, handed out one at a
+    # time (--dist load; the CI default, --dist loadgroup, keeps a robot's tests on one worker)
     from concurrent.futures import ThreadPoolExecutor
-
-    from grid_core.buildcache import build_jobs
 
     groups = _test_groups(select)
     if not groups:
         raise RuntimeError("no gpu test selected")
-    per = max(1, build_jobs(1 << 30) // (2 * len(groups)))
+    with open("/proc/meminfo") as f:
+        available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+    units = int(os.environ.get("GRID_CHECK_BUILD_UNITS", min(2 * (os.cpu_count() or 1), max(1, available >> 32))))
+    build_workers = max(1, units // BUILD_UNITS_PER_WORKER)
     workers = os.environ.get("GRID_CHECK_TEST_WORKERS")
     base = ["-m", "gpu", "-p", "no:cacheprovider"]
+    t0 = time.time()
+    everything = [i for ids in groups.values() for i in ids]
+    pre = run([sys.executable, "-m", "pytest", "-q", *base, *everything, "-n", str(build_workers), "--dist", "load",
+               "-rf"], cwd=ROOT,
+              env={**os.environ, "GRID_GPU_BUILD_ONLY": ARCH, "GRID_BUILD_JOBS": str(BUILD_UNITS_PER_WORKER)})
+    built = time.time() - t0
+    BUILD.mkdir(parents=True, exist_ok=True)
+    (BUILD / "tests-build.log").write_text(pre.stdout + pre.stderr)
+    print(f"== libraries of {len(everything)} tests built in {built:.0f} s "
+          f"({build_workers} workers x {BUILD_UNITS_PER_WORKER} units)")
+    if pre.returncode:
+        print((pre.stdout + pre.stderr)[-4000:])
+        state["tests"] = {"build": {"returncode": pre.returncode, "build_s": round(built),
+                                    "tail": ["building the libraries failed"]}}
+        raise RuntimeError("building the gpu tests' libraries failed")
 
     def one(name: str, ids: list[str]) -> dict:
         t0 = time.time()
-        pre = run([sys.executable, "-m", "pytest", "-q", *base, *ids, "-n", per, "--dist", "load", "-rf"], cwd=ROOT,
-                  env={**os.environ, "GRID_GPU_BUILD_ONLY": ARCH, "GRID_BUILD_JOBS": "2"})
-        built = time.time() - t0
-        if pre.returncode:
-            print((pre.stdout + pre.stderr)[-4000:])
-            return {"returncode": pre.returncode, "build_s": round(built), "tail": ["building its libraries failed"]}
         res = run([sys.executable, "-m", "pytest", "-q", *base, *ids,
                    *(["-n", workers, "--dist", "load"] if workers else []), "-rA", "--durations=12"], cwd=ROOT)
         BUILD.mkdir(parents=True, exist_ok=True)  # the whole report (a PASSED line a test), beside the build
-        (BUILD / f"tests-{name}.log").write_text(pre.stdout + pre.stderr + res.stdout + res.stderr)
-        tested = time.time() - t0 - built
+        (BUILD / f"tests-{name}.log").write_text(res.stdout + res.stderr)
+        tested = time.time() - t0
         tail = [ln for ln in (res.stdout + res.stderr).strip().splitlines() if not ln.startswith("PASSED ")][-30:]
-        print(f"== {name}: {len(ids)} tests, libraries built in {built:.0f} s, tests {tested:.0f} s")
+        print(f"== {name}: {len(ids)} tests in {tested:.0f} s")
         print("\n".join(tail))
         return {"returncode": res.returncode, "tests": len(ids), "build_s": round(built),
                 "test_s": round(tested), "tail": tail}
