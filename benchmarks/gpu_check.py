@@ -260,14 +260,16 @@ def _with_base(opts: dict, name: str) -> dict:
 # robots whose per-state kernels are also built at 2 and 4 blocks per SM (launch bounds), every
 # algorithm, for the occupancy A/B at large batches
 OCC_ROBOTS = [r for r in os.environ.get("GRID_CHECK_OCC_ROBOTS", "atlas,g1").split(",") if r in ROBOTS]
-OCCUPANCIES = tuple(int(x) for x in os.environ.get("GRID_CHECK_OCCUPANCIES", "2,4").split(","))
+OCCUPANCIES = tuple(int(x) for x in os.environ.get("GRID_CHECK_OCCUPANCIES", "2,4").split(",") if x)
 
 
 BLOCK_OCCUPANCIES = tuple(int(x) for x in os.environ.get("GRID_CHECK_BLOCK_OCCUPANCIES", "2").split(",") if x)
 """Blocks an SM asked of the block kernels at TIER_SHARED (block_min_blocks), every algorithm,
 OCC_ROBOTS, for the block layout's occupancy A/B (g1's forward-dynamics gradient: 114 or 92
 registers and one block of 512 threads an SM, or 64 and two)."""
-BLOCK_OCC_SIZES = (256, 1024, 4096)
+BLOCK_OCC_SIZES = tuple(int(x) for x in os.environ.get("GRID_CHECK_BLOCK_OCC_SIZES", "256,1024,4096").split(",") if x)
+"""The batch sizes the block-occupancy variants are timed at (GRID_CHECK_BLOCK_OCC_SIZES: for the crossover
+to the per-state layout against the picked block occupancy, every size the base variant is timed at)."""
 
 
 def _occ_variants() -> list:
