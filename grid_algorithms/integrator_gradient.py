@@ -42,7 +42,6 @@ from grid_core.emit.emitter import Emitter
 from grid_core.emit.lie_steps import move_steps, move_tables
 from grid_core.emit.stages import stage_loop
 from grid_core.emit.storage import local_declaration, regions, vector
-from grid_core.errors import CodegenError
 from grid_core.model import JointType, Robot
 from grid_core.model.lie import dintegrate, integrate
 from grid_core.review import ParallelismReview, done, not_applicable, todo
