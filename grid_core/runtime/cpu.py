@@ -153,10 +153,11 @@ class CpuHandle(AbiBackend):
 
     ``keep_zeros=True`` with ``out=`` (a call's keyword): the arrays of ``out=`` already hold the
     outputs' structural zeros (an earlier call's results, or zeros), and the call writes only the
-    cells its kernels compute, as Pinocchio writes its tensors.  It pays where an output is mostly
-    structural zeros and written cell by cell: ``idsva_so`` in its loop form (atlas: 16% of its
-    tensors' cache lines hold a computed cell); elsewhere the call is the same.  The caller
-    vouches for the zeros: a cell that is not zero there stays as it was.
+    64-byte cache lines that hold a cell its kernels compute (their structural zeros as zeros), as
+    Pinocchio writes the cells of its tensors.  It pays where an output is mostly structural zeros
+    and written cell by cell: ``idsva_so`` in its loop form (atlas: 16% of its tensors' cache lines
+    hold a computed cell); elsewhere the call is the same.  The caller vouches for the zeros: a
+    cell that is not zero there, in a line without a computed cell, stays as it was.
     """
 
     host_form = "_cpu"
@@ -186,8 +187,8 @@ class CpuHandle(AbiBackend):
         return super().with_launch(**kw)
 
     def _call(self, alg, args, kwargs, out=None):
-        """The checked path, and ``keep_zeros=True``: the call writes only the cells its kernels
-        compute, leaving the outputs' structural zeros as ``out=`` holds them (the class docstring)."""
+        """The checked path, and ``keep_zeros=True``: the call writes only the cache lines holding cells
+        its kernels compute, leaving the outputs' other lines as ``out=`` holds them (the class docstring)."""
         if not kwargs.pop("keep_zeros", False):
             return super()._call(alg, args, kwargs, out)
         if out is None:
