@@ -635,9 +635,11 @@ def phase_tests(state: dict) -> None:
     groups = _test_groups(select)
     if not groups:
         raise RuntimeError("no gpu test selected")
-    with open("/proc/meminfo") as f:
-        available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
-    units = int(os.environ.get("GRID_CHECK_BUILD_UNITS", min(2 * (os.cpu_count() or 1), max(1, available >> 32))))
+    from grid_core.buildcache import available_memory
+
+    cores = 2 * (os.cpu_count() or 1)
+    available = available_memory()
+    units = int(os.environ.get("GRID_CHECK_BUILD_UNITS", cores if available is None else min(cores, max(1, available >> 32))))
     build_workers = max(1, units // BUILD_UNITS_PER_WORKER)
     workers = os.environ.get("GRID_CHECK_TEST_WORKERS")
     base = ["-m", "gpu", "-p", "no:cacheprovider"]

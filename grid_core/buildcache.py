@@ -92,13 +92,20 @@ def build_jobs(units: int) -> int:
             raise BuildError(f"{ENV_JOBS}={forced}: a number of compiler processes, 1 or more")
         return min(units, int(forced))
     jobs = os.cpu_count() or 1
+    available = available_memory()
+    if available is not None:
+        jobs = min(jobs, available // UNIT_MEMORY_BYTES)
+    return max(1, min(units, jobs))
+
+
+def available_memory() -> int | None:
+    """The memory available to new processes now (``MemAvailable``, bytes), or None where the system
+    does not say (not Linux)."""
     try:
         with open("/proc/meminfo") as f:
-            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-        jobs = min(jobs, available // UNIT_MEMORY_BYTES)
-    except (OSError, StopIteration, ValueError):  # not Linux: cores alone
-        pass
-    return max(1, min(units, jobs))
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
 
 
 @contextlib.contextmanager
