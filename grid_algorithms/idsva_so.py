@@ -714,13 +714,10 @@ class IdsvaSOEmitter(Emitter):
         return (f"Contractions: loops over baked tables ({len(Cells(layers.robot).terms)} cells written, above the "
                 f"{LOOP_CELLS} of the unrolled form).")
 
-    def direct_outputs(self, layers) -> dict[str, int]:
-        # the loop form assigns each written cell once (its zeros in runs): on the CPU the cells are
-        # kept and the rows written from them, not a group's local copy of the tensors (3.5 MB on atlas)
-        if self._form(layers) != "loops":
-            return {}
-        cells = Cells(layers.robot).terms
-        return {name: sum(1 for t, _ in cells if t == k) for k, name in enumerate(_TENSORS)}
+    def direct_outputs(self, layers) -> frozenset[str]:
+        # the loop form assigns each written cell once (its zeros in runs): on the CPU into a thread's
+        # image of each tensor, the rows written from it, not a group's local copy (3.5 MB on atlas)
+        return frozenset(_TENSORS) if self._form(layers) == "loops" else frozenset()
 
     def _steps(self, layers, local: bool):
         rnea = layers.steps("inverse_dynamics", local=local, every_body=("v",))

@@ -189,15 +189,14 @@ class Emitter:
     def __init__(self, algorithm: "Algorithm"):
         self.algorithm = algorithm
 
-    def direct_outputs(self, layers) -> dict[str, int]:
+    def direct_outputs(self, layers) -> frozenset[str]:
         """Outputs the per-state code only assigns, never reads back (``out[i] = value``, runs of
-        structural zeros through ``grid_zero_run``), each with the most assignments it makes: the
-        CPU build keeps a group's assignments (``grid_lane_cells``) and writes each state's row
-        from them (zeroed, then its cells), instead of running the code on a local copy of the
-        whole output that is transposed out after.  For large, mostly zero outputs (idsva_so's
-        loop form: atlas's four nv^3 tensors, 864 KB a state, 91% structural zeros).  Default:
-        none."""
-        return {}
+        structural zeros through ``grid_zero_run``): the CPU build has it assign them into a
+        thread's image of each (``grid_lane_image``), from which each state's row is then written
+        line by line, instead of running the code on a local copy of the whole output that is
+        transposed out after.  For large, mostly zero outputs (idsva_so's loop form: atlas's four
+        nv^3 tensors, 864 KB a state, 91% structural zeros).  Default: none."""
+        return frozenset()
 
     def block_threads_hint(self, robot: "Robot") -> int:
         """The widest useful parallel region of the block-cooperative layout."""

@@ -228,9 +228,9 @@ class Layers:
                                    "set needs_ximats = True")
         self.plan: ArenaPlan = ctx.plan
         self.has_state = type(emitter).state_body is not _base_state_body()
-        self.direct_outputs = dict(emitter.direct_outputs(self)) if self.has_state else {}
+        self.direct_outputs = frozenset(emitter.direct_outputs(self)) if self.has_state else frozenset()
         if not set(self.direct_outputs) <= {p.name for p in outs}:
-            raise CodegenError(f"{self.name}: direct_outputs {self.direct_outputs} are not all outputs")
+            raise CodegenError(f"{self.name}: direct_outputs {sorted(self.direct_outputs)} are not all outputs")
         self._sigs()
 
     # -- declarations -------------------------------------------------------------
@@ -365,7 +365,7 @@ class Layers:
         self.use_defaults = [TemplateParam("bool", f"USE_{x.upper()}",
                                            "false" if self._port(x).optional else "true") for x in self.nullable]
         if self.has_state:
-            # outputs assigned cell by cell (direct_outputs): any type with out[i] = value (grid_lane_cells on the CPU)
+            # outputs assigned cell by cell (direct_outputs): any type with out[i] = value (grid_lane_image on the CPU)
             direct = [TemplateParam("typename", "OUT", "T *")] if self.direct_outputs else []
             self.state = Signature(
                 f"{self.name}_state",
@@ -822,36 +822,35 @@ class Layers:
             return f"&d_{p.name}[size_t(k) * {stride}]", stride
 
         staged = [p for p in self.outputs if p.name not in self.direct_outputs]
-        most = self.direct_outputs  # output -> the most cells the per-state code assigns
-        local = ", ".join([*(f"l_{p.name}[{_size(p)}]" for p in (*staged, *self.states)),
-                           *(f"l_{x}_value[{k}]" for x, k in most.items())])
+        direct = [p for p in self.outputs if p.name in self.direct_outputs]
+        local = ", ".join(f"l_{p.name}[{_size(p)}]" for p in (*staged, *self.states))
         loads = []
         for p in self.states:
             first, stride = rows(p)
             load = n.Stmt(f"grid_lanes_load(l_{p.name}, {first}, {stride}, {_size(p)}, count)")
             loads.append(n.If(f"USE_{p.name.upper()}", [load], constexpr=True) if p.name in self.nullable else load)
         args = {p.name: f"l_{p.name}" if p in staged else
-                f"grid_lane_cells<V>{{l_{p.name}_value, l_{p.name}_index, &l_{p.name}_count}}" for p in self.outputs}
+                f"l_{p.name}_image.image()" for p in self.outputs}
         for p in self.states:
             args[p.name] = f"USE_{p.name.upper()} ? l_{p.name} : nullptr" if p.name in self.nullable else f"l_{p.name}"
         for p in self.params:
             args[p.name] = PARAMS[p.name].lanes(p.name, "V")
         stores = [n.Stmt(f"grid_lanes_store(&d_{p.name}[size_t(k) * {_size(p)}], {_size(p)}, l_{p.name}, "
                          f"{_size(p)}, count)") for p in staged]
-        stores += [n.Stmt(f"grid_lane_cells_store(&d_{p.name}[size_t(k) * {_size(p)}], {_size(p)}, count, "
-                          f"l_{p.name}_value, l_{p.name}_index, l_{p.name}_count)") for p in self.outputs if p.name in most]
-        direct = ([n.Comment(f"{', '.join(most)}: their cells kept as assigned (grid_lane_cells), then each "
-                             "lane's row zeroed and given its cells")] if most else [])
+        stores += [n.Stmt(f"grid_lane_image_store(&d_{p.name}[size_t(k) * {_size(p)}], {_size(p)}, count, "
+                          f"l_{p.name}_image.image())") for p in direct]
+        images = ([n.Comment(f"{', '.join(p.name for p in direct)}: assigned cell by cell into this thread's image "
+                             "of each (grid_lane_image), then each lane's row written from it"),
+                   *(n.Stmt(f"thread_local grid_lane_image_buffer<V> l_{p.name}_image({_size(p)})") for p in direct)]
+                  if direct else [])
         return [
             n.Comment("the CPU build: each instruction of the per-state code does the work of every lane's state\n"
                       "(lane j: state k + j; a partial last group repeats state k in its spare lanes)"),
-            *direct,
             n.Stmt("using V = grid_lanes_of<T>"),
+            *images,
             n.For("int k = blockIdx.x * V::LANES", "k < num_timesteps", "k += gridDim.x * V::LANES", [
                 n.Stmt("const int count = num_timesteps - k < V::LANES ? num_timesteps - k : V::LANES"),
-                n.Stmt(f"V {local}"),
-                *([n.Stmt("int " + ", ".join(f"l_{x}_index[{k}], l_{x}_count = 0" for x, k in most.items()))]
-                  if most else []),
+                *([n.Stmt(f"V {local}")] if local else []),
                 *loads,
                 self.state.call(args, {**self._use_template(), "T": "V"}),
                 *stores])]

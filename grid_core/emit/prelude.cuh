@@ -361,7 +361,7 @@ namespace grid_emu {
 inline thread_local int launch_workers = 1;
 // Whether the launches made from this thread leave the structural zeros of their outputs as the
 // caller's arrays hold them (grid_cpu_keep_zeros, for a call with keep_zeros=True), and whether the
-// launch a worker runs now does: grid_lane_cells_store then writes the cells assigned alone.
+// launch a worker runs now does: grid_lane_image_store then writes the lines holding cells alone.
 inline thread_local bool launch_keep_zeros = false;
 inline thread_local bool keep_zeros = false;
 inline thread_local std::vector<unsigned char> arena;  // this thread's shared memory

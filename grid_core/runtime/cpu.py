@@ -59,7 +59,7 @@ def cpu_entries(robot, algorithms, dtypes=None, frames=None, algorithm_options=N
 
     lines = ['extern "C" {',
              "// keep_zeros=True: this thread's calls leave their outputs' structural zeros as the arrays hold",
-             "// them (CpuHandle sets it around such a call; grid_lane_cells_store reads it; poison off then)",
+             "// them (CpuHandle sets it around such a call; grid_lane_image_store reads it; poison off then)",
              "void grid_cpu_keep_zeros(int on) { grid_emu::launch_keep_zeros = on != 0; }",
              ""]
     for fn in abi_functions(robot, algorithms, dtypes, frames, algorithm_options):
