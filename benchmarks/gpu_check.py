@@ -629,8 +629,18 @@ def phase_tests(state: dict) -> None:
     # run per robot group, the memory-bound default of 12 units shared over the groups, ran 6 units at a
     # time for atlas alone once the small group had finished, and had not built atlas's libraries after 27
     # minutes.  GRID_CHECK_TEST_WORKERS=N: pytest-xdist workers for a group's tests, handed out one at a
-    # time (--dist load; the CI default, --dist loadgroup, keeps a robot's tests on one worker)
+    # time (--dist load; the CI default, --dist loadgroup, keeps a robot's tests on one worker).
+    # GRID_CHECK_TESTS_PTXAS_OPT=0..3: the tests' libraries assembled at that ptxas level (GRID_PTXAS_OPT;
+    # the level is in each library's cache key): at 0 a unit's ptxas takes a fifth of its time at the -O1
+    # the libraries ship with (atlas's ID gradient, float32: 96 against 488 s of one core; cicc's 250 s
+    # the same), the build about half; the tests then check the generated code on the GPU, not -O1's
+    # assembly of it (the run's JSON and summary say which level)
     from concurrent.futures import ThreadPoolExecutor
+
+    opt = os.environ.get("GRID_CHECK_TESTS_PTXAS_OPT", "").strip()
+    if opt and opt not in ("0", "1", "2", "3"):
+        raise RuntimeError(f"GRID_CHECK_TESTS_PTXAS_OPT={opt}: a ptxas optimisation level, 0 to 3")
+    env = {**os.environ, **({"GRID_PTXAS_OPT": opt} if opt else {})}
 
     groups = _test_groups(select)
     if not groups:
@@ -647,29 +657,29 @@ def phase_tests(state: dict) -> None:
     everything = [i for ids in groups.values() for i in ids]
     pre = run([sys.executable, "-m", "pytest", "-q", *base, *everything, "-n", str(build_workers), "--dist", "load",
                "-rf"], cwd=ROOT,
-              env={**os.environ, "GRID_GPU_BUILD_ONLY": ARCH, "GRID_BUILD_JOBS": str(BUILD_UNITS_PER_WORKER)})
+              env={**env, "GRID_GPU_BUILD_ONLY": ARCH, "GRID_BUILD_JOBS": str(BUILD_UNITS_PER_WORKER)})
     built = time.time() - t0
     BUILD.mkdir(parents=True, exist_ok=True)
     (BUILD / "tests-build.log").write_text(pre.stdout + pre.stderr)
     print(f"== libraries of {len(everything)} tests built in {built:.0f} s "
-          f"({build_workers} workers x {BUILD_UNITS_PER_WORKER} units)")
+          f"({build_workers} workers x {BUILD_UNITS_PER_WORKER} units{f', ptxas -O{opt}' if opt else ''})")
     if pre.returncode:
         print((pre.stdout + pre.stderr)[-4000:])
-        state["tests"] = {"build": {"returncode": pre.returncode, "build_s": round(built),
+        state["tests"] = {"build": {"returncode": pre.returncode, "build_s": round(built), "ptxas_opt": opt or None,
                                     "tail": ["building the libraries failed"]}}
         raise RuntimeError("building the gpu tests' libraries failed")
 
     def one(name: str, ids: list[str]) -> dict:
         t0 = time.time()
         res = run([sys.executable, "-m", "pytest", "-q", *base, *ids,
-                   *(["-n", workers, "--dist", "load"] if workers else []), "-rA", "--durations=12"], cwd=ROOT)
+                   *(["-n", workers, "--dist", "load"] if workers else []), "-rA", "--durations=12"], cwd=ROOT, env=env)
         BUILD.mkdir(parents=True, exist_ok=True)  # the whole report (a PASSED line a test), beside the build
         (BUILD / f"tests-{name}.log").write_text(res.stdout + res.stderr)
         tested = time.time() - t0
         tail = [ln for ln in (res.stdout + res.stderr).strip().splitlines() if not ln.startswith("PASSED ")][-30:]
-        print(f"== {name}: {len(ids)} tests in {tested:.0f} s")
+        print(f"== {name}: {len(ids)} tests in {tested:.0f} s{f' (libraries at ptxas -O{opt})' if opt else ''}")
         print("\n".join(tail))
-        return {"returncode": res.returncode, "tests": len(ids), "build_s": round(built),
+        return {"returncode": res.returncode, "tests": len(ids), "build_s": round(built), "ptxas_opt": opt or None,
                 "test_s": round(tested), "tail": tail}
 
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
