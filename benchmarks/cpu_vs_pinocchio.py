@@ -15,8 +15,8 @@ libraries), and every algorithm the header emits through ``CpuHandle`` at the sa
 size with 1 and 2 worker threads (one call per round, ``out=`` reused; the two called
 alternately, and the speed-up taken call by call; then again against one thread on each
 of two cores in turn, :func:`each_core`).  Times are ns per state: the median of the
-rounds, with their range, of the least disturbed of several bursts (:data:`BURSTS`), on both
-sides alike.  In the same rounds, the floor of each of ours: only storing its outputs into the same
+rounds, with their range, of the least disturbed of several bursts (:data:`BURSTS`), each in a
+process of its own, on both sides alike (ours: :func:`time_ours_apart`).  In the same rounds, the floor of each of ours: only storing its outputs into the same
 buffers, one thread (:func:`store_floor`), printed as a ``floor`` line per row (the ratio to
 Pinocchio no code that writes the outputs goes below; idsva_so's outputs on atlas are 55 MB at
 batch 64, beyond the caches, where Pinocchio's timing writes one reused set).
@@ -156,11 +156,12 @@ def time_pinocchio(program: Path, urdf: Path, floating: bool, n: int, rounds: in
     return {name: b[0] if name == "nq" else least_disturbed(b) for name, b in bursts.items()}
 
 
-def time_ours(robot, n: int, rounds: int, rng, algorithms=None) -> dict:
+def time_ours(robot, n: int, rounds: int, rng, algorithms=None, bursts: int = 0, cores: bool = True) -> dict:
     """Per emitted algorithm ``(one thread, two threads, their paired ratios)``, ns per state: the
     two handles called alternately, call by call, so that each pair meets the same load of the
     machine (on a shared VM the second core's availability drifts within minutes), and the
-    speed-up taken pair by pair."""
+    speed-up taken pair by pair.  ``bursts``: of ``rounds`` calls each (0: :data:`BURSTS`);
+    ``cores``: :func:`each_core` too."""
     import grid_core
     from grid_core.testing import random_state
 
@@ -176,16 +177,18 @@ def time_ours(robot, n: int, rounds: int, rng, algorithms=None) -> dict:
     result = {}
     for name in [a for a in handles[1]._emitted() if a in TIMED and a in algorithms]:
         result[name] = _time_pair({t: getattr(h, name) for t, h in handles.items()}, _args(robot, name, values), n,
-                                  rounds)
+                                  rounds, bursts=bursts, cores=cores)
     if "integrator_gradient" in algorithms:  # and generated for RK4, in a library of its own
         opts = {"algorithm_options": {"integrator_gradient": {"method": "rk4"}}}
         rk4 = {t: grid_core.CpuHandle(robot, ["integrator_gradient"], threads=t, **opts) for t in (1, 2)}
         fns = {t: (lambda *a, h=h, **k: h.integrator_gradient(*a, method="rk4", **k)) for t, h in rk4.items()}
-        result[f"integrator_gradient{RK4}"] = _time_pair(fns, _args(robot, "integrator_gradient", values), n, rounds)
+        result[f"integrator_gradient{RK4}"] = _time_pair(fns, _args(robot, "integrator_gradient", values), n, rounds,
+                                                         bursts=bursts, cores=cores)
     if "idsva_so" in result:  # and with keep_zeros=True (no store floor: filling its out= would break that)
         fns = {t: (lambda *a, h=h, out=None: h.idsva_so(*a) if out is None else h.idsva_so(*a, out=out, keep_zeros=True))
                for t, h in handles.items()}
-        result[f"idsva_so{KEEP}"] = _time_pair(fns, _args(robot, "idsva_so", values), n, rounds, floor=False)
+        result[f"idsva_so{KEEP}"] = _time_pair(fns, _args(robot, "idsva_so", values), n, rounds, floor=False,
+                                               bursts=bursts, cores=cores)
     return result
 
 
@@ -197,17 +200,19 @@ def _args(robot, name: str, values: dict) -> list:
             if (p.kind == "state" and not p.optional) or (p.kind == "param" and p.default is None)]
 
 
-def _time_pair(fns: dict, args: list, n: int, rounds: int, floor: bool = True) -> tuple:
+def _time_pair(fns: dict, args: list, n: int, rounds: int, floor: bool = True, bursts: int = 0,
+               cores: bool = True) -> tuple:
     """``(one thread, two threads, their paired ratios, each core, store floor)`` of the calls ``fns``
     (by thread count), ns per state; the floor (:func:`store_floor`, on the one-thread call's outputs,
-    timed in the same rounds) by kind: ``(ns per state, the call's paired ratios to it)``."""
+    timed in the same rounds) by kind: ``(ns per state, the call's paired ratios to it)``; the least
+    disturbed of ``bursts`` (0: :data:`BURSTS`); each core (:func:`each_core`) only with ``cores``."""
     outs = {t: fn(*args) for t, fn in fns.items()}
     for _ in range(3):
         for t, fn in fns.items():
             fn(*args, out=outs[t])
     stores = store_floor(outs[1]) if floor else {}
-    bursts = []
-    for _ in range(BURSTS):
+    measured = []
+    for _ in range(bursts or BURSTS):
         samples = {1: [], 2: [], **{k: [] for k in stores}}
         for _ in range(rounds):
             for t, fn in fns.items():
@@ -218,11 +223,11 @@ def _time_pair(fns: dict, args: list, n: int, rounds: int, floor: bool = True) -
                 t0 = time.perf_counter()
                 store()
                 samples[k].append((time.perf_counter() - t0) / n * 1e9)
-        bursts.append(samples)
-    best = min(bursts, key=lambda b: _median(b[1]) + _median(b[2]))
+        measured.append(samples)
+    best = min(measured, key=lambda b: _median(b[1]) + _median(b[2]))
     floors = {k: (best[k], [a / b for a, b in zip(best[1], best[k])]) for k in stores} if stores else None
     return (best[1], best[2], [a / b for a, b in zip(best[1], best[2])],
-            each_core(fns, args, outs, n, CORE_ROUNDS * rounds), floors)
+            each_core(fns, args, outs, n, CORE_ROUNDS * rounds) if cores else None, floors)
 
 
 def store_floor(outs) -> dict:
@@ -299,11 +304,38 @@ BURSTS = 5
 """Each side is measured in several bursts of ``rounds`` calls, and the burst of the smallest
 median kept: on a shared 2-core VM a burst that meets another tenant's load reads up to 2x
 (seen on the committed runs of d41c11c and 7763f3e); the same rule for Pinocchio and for us
-(ours: one and two threads together, their medians' sum)."""
+(ours: one and two threads together, their medians' sum), each burst in a process of its own on
+both sides (since session 49: before, ours ran its bursts in one process)."""
 
 
 def least_disturbed(bursts: list[list[float]]) -> list[float]:
     return min(bursts, key=_median)
+
+
+def time_ours_apart(name: str, n: int, rounds: int, algorithms=None) -> dict:
+    """:func:`time_ours` as Pinocchio's side is timed: each of :data:`BURSTS` bursts in a process
+    of its own (this script, ``--child``), the least disturbed kept per algorithm (the smallest sum
+    of the one- and two-thread medians); the first process also times each core.  On this VM a
+    process keeps its speed: atlas's integrator gradient took 13-15 us a state in some processes
+    and 20-25 in others, every burst alike (the arrays at any offset in their lines, address-space
+    randomisation off, alike), so bursts in one process sampled one such draw where Pinocchio's
+    five processes sampled five."""
+    import pickle
+    import tempfile
+
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(BURSTS):
+            path = Path(tmp) / f"{i}.pickle"
+            subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", name, str(path), str(i == 0),
+                            "--n", str(n), "--rounds", str(rounds),
+                            *(["--algorithms", *algorithms] if algorithms else [])], check=True)
+            runs.append(pickle.loads(path.read_bytes()))
+    ours = {}
+    for key in runs[0]:
+        best = min(runs, key=lambda r: _median(r[key][0]) + _median(r[key][1]))[key]
+        ours[key] = (*best[:3], runs[0][key][3], best[4])
+    return ours
 
 
 def commit() -> str:
@@ -396,14 +428,26 @@ def main(argv=None) -> int:
     ap.add_argument("--algorithms", nargs="+", default=None,
                     help="time only these of ours (and the rows they answer); default: every emitted one")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cpu")
+    ap.add_argument("--child", nargs=3, metavar=("ROBOT", "PICKLE", "CORES"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     import grid_core
     from grid_core.model.frames import resolve_frames
 
+    if args.child:  # one burst of ours (time_ours_apart), pickled
+        import pickle
+
+        name, path, cores = args.child
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            robot = grid_core.load_robot(name)
+        ours = time_ours(robot, args.n, args.rounds, np.random.default_rng(0), args.algorithms, bursts=1,
+                         cores=cores == "True")
+        Path(path).write_bytes(pickle.dumps(ours))
+        return 0
+
     program = pinocchio_program()
     manifest = tomllib.loads((ROOT / "robots" / "robots.toml").read_text())
-    rng = np.random.default_rng(0)
     rows = []
     for name in args.robots:
         entry = manifest[name]
@@ -416,7 +460,7 @@ def main(argv=None) -> int:
         nq, nv = pin.pop("nq")
         if (nq, nv) != (robot.nq, robot.nv):
             raise SystemExit(f"{name}: Pinocchio's model has nq {nq:g} nv {nv:g}, ours {robot.nq} {robot.nv}")
-        ours = time_ours(robot, args.n, args.rounds, rng, args.algorithms)
+        ours = time_ours_apart(name, args.n, args.rounds, args.algorithms)
         for fn, (candidates, target) in PAIRS.items():
             if args.algorithms and not {c.split(":")[0] for c in candidates} & set(args.algorithms):
                 continue
