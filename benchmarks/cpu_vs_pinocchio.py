@@ -156,12 +156,12 @@ def time_pinocchio(program: Path, urdf: Path, floating: bool, n: int, rounds: in
     return {name: b[0] if name == "nq" else least_disturbed(b) for name, b in bursts.items()}
 
 
-def time_ours(robot, n: int, rounds: int, rng, algorithms=None, bursts: int = 0, cores: bool = True) -> dict:
+def time_ours(robot, n: int, rounds: int, rng, algorithms=None, cores: bool = True) -> dict:
     """Per emitted algorithm ``(one thread, two threads, their paired ratios)``, ns per state: the
     two handles called alternately, call by call, so that each pair meets the same load of the
     machine (on a shared VM the second core's availability drifts within minutes), and the
-    speed-up taken pair by pair.  ``bursts``: of ``rounds`` calls each (0: :data:`BURSTS`);
-    ``cores``: :func:`each_core` too."""
+    speed-up taken pair by pair: one burst of ``rounds`` calls each (:func:`time_ours_apart` keeps
+    the least disturbed of several processes'); ``cores``: :func:`each_core` too."""
     import grid_core
     from grid_core.testing import random_state
 
@@ -177,18 +177,18 @@ def time_ours(robot, n: int, rounds: int, rng, algorithms=None, bursts: int = 0,
     result = {}
     for name in [a for a in handles[1]._emitted() if a in TIMED and a in algorithms]:
         result[name] = _time_pair({t: getattr(h, name) for t, h in handles.items()}, _args(robot, name, values), n,
-                                  rounds, bursts=bursts, cores=cores)
+                                  rounds, cores=cores)
     if "integrator_gradient" in algorithms:  # and generated for RK4, in a library of its own
         opts = {"algorithm_options": {"integrator_gradient": {"method": "rk4"}}}
         rk4 = {t: grid_core.CpuHandle(robot, ["integrator_gradient"], threads=t, **opts) for t in (1, 2)}
         fns = {t: (lambda *a, h=h, **k: h.integrator_gradient(*a, method="rk4", **k)) for t, h in rk4.items()}
         result[f"integrator_gradient{RK4}"] = _time_pair(fns, _args(robot, "integrator_gradient", values), n, rounds,
-                                                         bursts=bursts, cores=cores)
+                                                         cores=cores)
     if "idsva_so" in result:  # and with keep_zeros=True (no store floor: filling its out= would break that)
         fns = {t: (lambda *a, h=h, out=None: h.idsva_so(*a) if out is None else h.idsva_so(*a, out=out, keep_zeros=True))
                for t, h in handles.items()}
         result[f"idsva_so{KEEP}"] = _time_pair(fns, _args(robot, "idsva_so", values), n, rounds, floor=False,
-                                               bursts=bursts, cores=cores)
+                                               cores=cores)
     return result
 
 
@@ -200,33 +200,28 @@ def _args(robot, name: str, values: dict) -> list:
             if (p.kind == "state" and not p.optional) or (p.kind == "param" and p.default is None)]
 
 
-def _time_pair(fns: dict, args: list, n: int, rounds: int, floor: bool = True, bursts: int = 0,
-               cores: bool = True) -> tuple:
+def _time_pair(fns: dict, args: list, n: int, rounds: int, floor: bool = True, cores: bool = True) -> tuple:
     """``(one thread, two threads, their paired ratios, each core, store floor)`` of the calls ``fns``
     (by thread count), ns per state; the floor (:func:`store_floor`, on the one-thread call's outputs,
-    timed in the same rounds) by kind: ``(ns per state, the call's paired ratios to it)``; the least
-    disturbed of ``bursts`` (0: :data:`BURSTS`); each core (:func:`each_core`) only with ``cores``."""
+    timed in the same rounds) by kind: ``(ns per state, the call's paired ratios to it)``; each core
+    (:func:`each_core`) only with ``cores``."""
     outs = {t: fn(*args) for t, fn in fns.items()}
     for _ in range(3):
         for t, fn in fns.items():
             fn(*args, out=outs[t])
     stores = store_floor(outs[1]) if floor else {}
-    measured = []
-    for _ in range(bursts or BURSTS):
-        samples = {1: [], 2: [], **{k: [] for k in stores}}
-        for _ in range(rounds):
-            for t, fn in fns.items():
-                t0 = time.perf_counter()
-                fn(*args, out=outs[t])
-                samples[t].append((time.perf_counter() - t0) / n * 1e9)
-            for k, store in stores.items():
-                t0 = time.perf_counter()
-                store()
-                samples[k].append((time.perf_counter() - t0) / n * 1e9)
-        measured.append(samples)
-    best = min(measured, key=lambda b: _median(b[1]) + _median(b[2]))
-    floors = {k: (best[k], [a / b for a, b in zip(best[1], best[k])]) for k in stores} if stores else None
-    return (best[1], best[2], [a / b for a, b in zip(best[1], best[2])],
+    samples = {1: [], 2: [], **{k: [] for k in stores}}
+    for _ in range(rounds):
+        for t, fn in fns.items():
+            t0 = time.perf_counter()
+            fn(*args, out=outs[t])
+            samples[t].append((time.perf_counter() - t0) / n * 1e9)
+        for k, store in stores.items():
+            t0 = time.perf_counter()
+            store()
+            samples[k].append((time.perf_counter() - t0) / n * 1e9)
+    floors = {k: (samples[k], [a / b for a, b in zip(samples[1], samples[k])]) for k in stores} if stores else None
+    return (samples[1], samples[2], [a / b for a, b in zip(samples[1], samples[2])],
             each_core(fns, args, outs, n, CORE_ROUNDS * rounds) if cores else None, floors)
 
 
@@ -441,8 +436,7 @@ def main(argv=None) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             robot = grid_core.load_robot(name)
-        ours = time_ours(robot, args.n, args.rounds, np.random.default_rng(0), args.algorithms, bursts=1,
-                         cores=cores == "True")
+        ours = time_ours(robot, args.n, args.rounds, np.random.default_rng(0), args.algorithms, cores=cores == "True")
         Path(path).write_bytes(pickle.dumps(ours))
         return 0
 
