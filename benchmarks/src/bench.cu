@@ -220,6 +220,9 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             double graph = time_graph(b, cfg, s, repeats, warmup, false);
             double graph_empty = time_graph(b, cfg, s, repeats, warmup, true);
             double resident = time_host([&] { CHECK(launch(b, cfg, s)); }, repeats, warmup, s);
+            // the resident floor: an empty kernel on the same grid, host-timed launch and synchronisation
+            // (what no kernel of this grid can go under on this host and driver)
+            double resident_empty = time_host([&] { empty_kernel<<<blocks, threads, 0, s>>>(); }, repeats, warmup, s);
             // the host layer: by size, forced copy, forced mapped, forced mapped and staged
             double io = -1, io_copy = -1, io_mapped = -1, io_mapped_staged = -1;
             double stream = -1, graph_stream = -1;  // the stream kernel (the batch's bytes moved, nothing else)
@@ -246,11 +249,12 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             std::fprintf(out,
                 "%s  {\"robot\": \"%s\", \"algorithm\": \"%s\", \"n\": %d, \"layout\": \"%s\", "
                 "\"resolved\": \"%s\", \"blocks\": %d, \"threads\": %d, \"kernel_us\": %.3f, \"empty_us\": %.3f, "
-                "\"graph_us\": %.3f, \"graph_empty_us\": %.3f, \"resident_us\": %.3f, \"io_us\": %.3f, "
+                "\"graph_us\": %.3f, \"graph_empty_us\": %.3f, \"resident_us\": %.3f, \"resident_empty_us\": %.3f, "
+                "\"io_us\": %.3f, "
                 "\"io_copy_us\": %.3f, \"io_mapped_us\": %.3f, \"io_mapped_staged_us\": %.3f, \"stream_us\": %.3f, \"graph_stream_us\": %.3f}",
                 first ? "" : ",\n", robot.c_str(), ad::ALGO, n, lname,
                 resolved == g::LAYOUT_PER_STATE ? "per_state" : "block", blocks, threads, kernel, empty, graph,
-                graph_empty, resident, io, io_copy, io_mapped, io_mapped_staged, stream, graph_stream);
+                graph_empty, resident, resident_empty, io, io_copy, io_mapped, io_mapped_staged, stream, graph_stream);
             first = false;
             std::fflush(out);
         }
