@@ -1353,11 +1353,12 @@ def summary(state: dict) -> str:
         lines.append("")
         lines.append(f"{alg}, float32, µs (median). kernel = one launch in cudaEvents; empty = empty kernel, "
                      "same grid, same run;")
-        lines.append("graph = CUDA-graph replay; resident = host-timed launch+sync; io = host wrapper with copies; "
+        lines.append("graph = CUDA-graph replay; resident = host-timed launch+sync (r-empty: an empty kernel's, the "
+                     "resident floor; -1: not measured); io = host wrapper with copies; "
                      "floor = the larger of bytes in + out at 4.3 TB/s and FLOPs at the fp32 peak; upstream: H200 kernel (GRiD 032ed02 on this GPU) / "
                      "5090 res/host (published)")
         hdr = (f"{'robot':<8}{'N':>9} {'layout':<10}{'kernel':>8}{'empty':>8}{'k-e':>7}{'graph':>8}{'g-empty':>8}"
-               f"{'resident':>9}{'io':>9}{'floor':>8}  upstream")
+               f"{'resident':>9}{'r-empty':>8}{'io':>9}{'floor':>8}  upstream")
         lines.append(hdr)
         for x in mine:
             if x["layout"] != "auto" or "-" in x["robot"]:
@@ -1376,7 +1377,8 @@ def summary(state: dict) -> str:
             lines.append(
                 f"{r:<8}{n:>9} {x['resolved']:<10}{x['kernel_us']:>8.2f}{x['empty_us']:>8.2f}"
                 f"{x['kernel_us'] - x['empty_us']:>7.2f}{x['graph_us']:>8.2f}{x['graph_empty_us']:>8.2f}"
-                f"{x['resident_us']:>9.2f}{x['io_us']:>9.2f}{floor:>8}  {'; '.join(up)}"
+                f"{x['resident_us']:>9.2f}{x.get('resident_empty_us', -1.0):>8.2f}{x['io_us']:>9.2f}{floor:>8}  "
+                f"{'; '.join(up)}"
             )
     lines += targets(rows, state)
     lines += tiers_table(state.get("tiers", []))
