@@ -215,14 +215,15 @@ static int run_time(const std::string &robot, const std::vector<int> &sizes, int
             cfg.stage_io = stage_io;
             int blocks, threads;
             grid_of(b, cfg, blocks, threads);
+            auto empty_launch = [&] { empty_kernel<<<blocks, threads, 0, s>>>(); };  // the launch floor's kernel
             double kernel = time_events([&] { CHECK(launch(b, cfg, s)); }, repeats, warmup, s);
-            double empty = time_events([&] { empty_kernel<<<blocks, threads, 0, s>>>(); }, repeats, warmup, s);
+            double empty = time_events(empty_launch, repeats, warmup, s);
             double graph = time_graph(b, cfg, s, repeats, warmup, false);
             double graph_empty = time_graph(b, cfg, s, repeats, warmup, true);
             double resident = time_host([&] { CHECK(launch(b, cfg, s)); }, repeats, warmup, s);
             // the resident floor: an empty kernel on the same grid, host-timed launch and synchronisation
             // (what no kernel of this grid can go under on this host and driver)
-            double resident_empty = time_host([&] { empty_kernel<<<blocks, threads, 0, s>>>(); }, repeats, warmup, s);
+            double resident_empty = time_host(empty_launch, repeats, warmup, s);
             // the host layer: by size, forced copy, forced mapped, forced mapped and staged
             double io = -1, io_copy = -1, io_mapped = -1, io_mapped_staged = -1;
             double stream = -1, graph_stream = -1;  // the stream kernel (the batch's bytes moved, nothing else)
