@@ -690,22 +690,46 @@ def phase_tests(state: dict) -> None:
         raise RuntimeError(f"gpu tests failed: {bad}")
 
 
+SANITIZER_ERROR = 3
+"""compute-sanitizer's exit status where it found an error (``--error-exitcode``); bench check's own
+failure (a layout that disagrees with the first block run) exits 1."""
+
+
 def phase_sanitize(state: dict) -> None:
+    """compute-sanitizer memcheck and racecheck over bench check (every layout, tier and block size,
+    float32) of each benched algorithm.  A run's sanitizer verdict and its check's are recorded
+    apart (``sanitizer_clean``, ``check_ok``), the JSON saved after each run (a call's deadline
+    keeps what ran); the phase fails on either, naming which."""
+    import threading
+
     out = {}
-    bad = []
+    bad, mismatched = [], []
     built = {label for label, _, _ in variants()}
+    lock = threading.Lock()
     from concurrent.futures import ThreadPoolExecutor
 
     def one(label: str, alg: str, tool: str) -> None:
         exe = BUILD / label / f"bench_{alg}"
-        res = run(["compute-sanitizer", "--tool", tool, "--error-exitcode", "3", exe, "check"])
+        res = run(["compute-sanitizer", "--tool", tool, "--error-exitcode", SANITIZER_ERROR, exe, "check"])
         text = (res.stdout + res.stderr).strip()
         summary = [ln for ln in text.splitlines() if "ERROR SUMMARY" in ln or "RACECHECK SUMMARY" in ln
                    or ln.startswith("check:")]
-        out[f"{label}:{alg}:{tool}"] = {"returncode": res.returncode, "summary": summary}
+        verdicts = [ln for ln in summary if "SUMMARY" in ln]
+        clean = res.returncode != SANITIZER_ERROR and bool(verdicts) and all(
+            "SUMMARY: 0 errors" in ln or "0 hazards displayed (0 errors" in ln for ln in verdicts)
+        key = f"{label}:{alg}:{tool}"
+        with lock:
+            out[key] = {"returncode": res.returncode, "summary": summary, "sanitizer_clean": clean,
+                        "check_ok": res.returncode == 0}
+            if not clean:
+                bad.append(key)
+            elif res.returncode:
+                mismatched.append(key)
+            state["sanitize"] = dict(out)
+            _save(state)
+        log(f"{key}: sanitizer {'clean' if clean else 'ERRORS'}, check {'ok' if res.returncode == 0 else 'FAILED'}")
         if res.returncode:
-            bad.append(f"{label}:{alg}:{tool}")
-            print(text[-3000:])
+            print(text[-3000:], flush=True)
 
     # GRID_CHECK_SANITIZE_JOBS: sanitizer processes at once (each checks its own binary; the GPU is
     # shared, which the checks do not time)
@@ -716,7 +740,9 @@ def phase_sanitize(state: dict) -> None:
             f.result()
     state["sanitize"] = out
     if bad:
-        raise RuntimeError(f"sanitizer reported errors: {bad}")
+        raise RuntimeError(f"sanitizer reported errors (or no verdict): {bad}")
+    if mismatched:
+        raise RuntimeError(f"sanitizers clean; bench check found layouts that disagree: {mismatched}")
 
 
 def _time(label: str, alg: str, repeats: int, sizes, stage_io: bool = False) -> list:
@@ -1343,6 +1369,10 @@ def summary(state: dict) -> str:
     lines = ["", "=" * 118, f"SUMMARY  {state['gpu']}  commit {state['commit']}  {state['date']}", "=" * 118]
     for ph, res in state["phases"].items():
         lines.append(f"  phase {ph:<9} {res}")
+    runs = state.get("sanitize") or {}
+    if runs:  # the sanitizers' verdicts apart from bench check's (float32 layouts against each other)
+        lines.append(f"  sanitize: {len(runs)} runs, {sum(bool(v.get('sanitizer_clean')) for v in runs.values())} "
+                     f"sanitizer-clean, {sum(bool(v.get('check_ok')) for v in runs.values())} with every layout agreeing")
     rows = state.get("time", [])
     for alg in ALGORITHMS:
         mine = [x for x in rows if x.get("algorithm", "inverse_dynamics") == alg]
