@@ -193,6 +193,22 @@ def nvcc() -> list[str]:
     return ["nvcc" if path == found else path, *NVCC_FLAGS, *flags]
 
 
+def toolchain_record() -> dict:
+    """The compilers this run's binaries come from, for the JSON and the summary: nvcc's version and
+    the ptxas it runs (GRID_PTXAS: another release behind the same nvcc) with its release and the
+    flags the guard gives it (-Xptxas -O1 for a release with a known defect; none: nvcc's -O3)."""
+    from grid_core.runtime.cuda import find_nvcc, nvcc_version, ptxas_beside, ptxas_release, toolchain
+
+    try:
+        found = find_nvcc()
+        path, flags = toolchain(found)
+        ptxas = ptxas_beside(path)
+        return {"nvcc": nvcc_version(found), "ptxas": ptxas_release(ptxas), "ptxas_path": ptxas,
+                "ptxas_flags": " ".join(flags) or "(nvcc's -O3)"}
+    except Exception as exc:  # no nvcc here: the JSON says why rather than nothing
+        return {"error": str(exc)}
+
+
 def log(msg: str) -> None:
     print(f"[gpu_check {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -1367,6 +1383,10 @@ def tiers_table(rows: list) -> list[str]:
 
 def summary(state: dict) -> str:
     lines = ["", "=" * 118, f"SUMMARY  {state['gpu']}  commit {state['commit']}  {state['date']}", "=" * 118]
+    tc = state.get("toolchain") or {}
+    if tc:
+        lines.append("  toolchain: " + (f"nvcc {tc['nvcc']}, ptxas {tc['ptxas']} {tc['ptxas_flags']} ({tc['ptxas_path']})"
+                                        if "error" not in tc else tc["error"]))
     for ph, res in state["phases"].items():
         lines.append(f"  phase {ph:<9} {res}")
     runs = state.get("sanitize") or {}
@@ -1586,6 +1606,7 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
         "commit": os.environ.get("GRID_COMMIT") or commit.stdout.strip() or "unknown",
         "gpu": "build only" if args.build else gpu_name(),
+        "toolchain": toolchain_record(),
         "phases": {},
     }
     skip = set(filter(None, args.skip.split(",")))

@@ -462,7 +462,12 @@ def results_text(root: Path, outdir: Path) -> str:
             logger.warning(f"grid_docs: cannot read benchmark result {path}: {exc}")
     data.sort(key=lambda pd: pd[1].get("date", ""), reverse=True)
     out = []
-    runs = [[literal_path(p.name), escape(d.get("date", "?")), escape(d.get("gpu", "?")),
+
+    def compilers(d: dict) -> str:  # the run's toolchain, where it recorded one (runs since session 52)
+        tc = d.get("toolchain") or {}
+        return escape(f"nvcc {tc['nvcc']}, ptxas {tc['ptxas']} {tc['ptxas_flags']}") if "nvcc" in tc else "\\-"
+
+    runs = [[literal_path(p.name), escape(d.get("date", "?")), escape(d.get("gpu", "?")), compilers(d),
              f"``{d.get('commit', '?')}``", escape("; ".join(f"{k} {v}" for k, v in d.get("phases", {}).items()))]
             for p, d in data]
     # the page opens with a summary: of each kind of result, the newest run that has it
@@ -497,7 +502,7 @@ def results_text(root: Path, outdir: Path) -> str:
                     f"commit ``{d.get('commit', '?')}``):", ""]
             out += _run_body(path, d, outdir, h200, rtx5090, (part,))
     out += heading("Run log", "-")
-    out += list_table(["file", "date", "GPU", "commit", "phases"], runs)
+    out += list_table(["file", "date", "GPU", "compilers", "commit", "phases"], runs)
     for path, d in data:
         out += heading(f"{d.get('date', '?')}, {d.get('gpu', '?')}, commit {d.get('commit', '?')}", "-")
         if not d.get("time") and not d.get("peers"):
