@@ -23,6 +23,7 @@ optional reference-timings page.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -61,14 +62,22 @@ class OptionalTocTree(TocTree):
 # -- upstream anchors -------------------------------------------------------------------
 
 
-def anchors(root: Path) -> tuple[dict, dict]:
-    """``(UPSTREAM_H200_KERNEL, UPSTREAM_5090)`` from benchmarks/gpu_check.py (one source)."""
+@functools.cache
+def _gpu_check(root: Path):
+    """benchmarks/gpu_check.py as a module (None where the tree has none): the one source of the
+    anchors and of the rules its summary judges them by."""
     path = root / "benchmarks" / "gpu_check.py"
     if not path.is_file():
-        return {}, {}
+        return None
     spec = importlib.util.spec_from_file_location("_grid_gpu_check", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def anchors(root: Path) -> tuple[dict, dict]:
+    """``(UPSTREAM_H200_KERNEL, UPSTREAM_5090)`` from benchmarks/gpu_check.py (one source)."""
+    module = _gpu_check(root)
     return getattr(module, "UPSTREAM_H200_KERNEL", {}), getattr(module, "UPSTREAM_5090", {})
 
 
@@ -319,21 +328,20 @@ def peers_section(d: dict, path: Path, outdir: Path) -> list[str]:
     return out
 
 
-def _baked_fd_method(robot: str) -> str:
-    """Forward dynamics' method the tuning file bakes into ``robot``'s header today (``minv``
-    where the robot has no entry or does not load)."""
+def _baked_fd_method(root: Path | None, robot: str) -> str:
+    """Forward dynamics' method the tuning file bakes into ``robot``'s header today, by the rule of
+    ``root``'s gpu_check (``minv`` where there is none or the robot does not load)."""
+    module = _gpu_check(root) if root is not None else None
+    if module is None:
+        return "minv"
     try:
-        import grid_core
-        from grid_core.composer import tuning_for
-
-        entry = tuning_for(grid_core.algorithms()["forward_dynamics"], grid_core.load_robot(robot))
+        return module._baked_method(robot)
     except Exception as exc:  # a robot that no longer loads: its cells keep the Minv rows
         logger.warning(f"grid_docs: forward dynamics' method of {robot}: {exc}")
         return "minv"
-    return entry.get("method", "minv")
 
 
-def anchor_table(data: list, rtx5090: dict) -> list[str]:
+def anchor_table(data: list, rtx5090: dict, root: Path | None = None) -> list[str]:
     """Each cell of upstream's published release table (``rtx5090``: µs by algorithm,
     robot and N, resident / host) beside the newest run of ``data`` (``(path, run)`` pairs, newest
     first) that timed it: ours resident (host-timed launch and synchronisation, the auto layout as
@@ -342,13 +350,14 @@ def anchor_table(data: list, rtx5090: dict) -> list[str]:
 
     The bench builds forward dynamics by Minv (tau - bias) beside aba, so that its tune phase can
     pick between them; a robot whose tuning bakes ABA into its header ships aba's code, and its
-    forward-dynamics cells are judged on the aba rows (the rule of gpu_check's targets)."""
+    forward-dynamics cells are judged on the aba rows (the rule of gpu_check's targets, read from
+    ``root``'s benchmarks/gpu_check.py)."""
     table, beaten, timed = [], 0, 0
     for alg, robots in rtx5090.items():
         if alg == "aba":  # the same table as forward dynamics (the same quantity, qdd)
             continue
         for robot, cells in robots.items():
-            timed_as = "aba" if alg == "forward_dynamics" and _baked_fd_method(robot) == "aba" else alg
+            timed_as = "aba" if alg == "forward_dynamics" and _baked_fd_method(root, robot) == "aba" else alg
             label = alg if timed_as == alg else f"{alg} (by ABA: the aba rows)"
             for n, (up_res, up_host) in sorted(cells.items()):
                 run, rows = next(((d, rows) for _, d in data
@@ -472,7 +481,7 @@ def results_text(root: Path, outdir: Path) -> str:
             for p, d in data]
     # the page opens with a summary: of each kind of result, the newest run that has it
     out += heading("Summary: the newest results", "-")
-    out += anchor_table(data, rtx5090 if per_algorithm(rtx5090) else {})
+    out += anchor_table(data, rtx5090 if per_algorithm(rtx5090) else {}, root)
     algs = sorted({a for _, d in data for a in _algorithms_of(d)}, key=lambda a: (a != "inverse_dynamics", a))
     def algorithm_of(r: dict) -> str:
         return r.get("algorithm", "inverse_dynamics")
